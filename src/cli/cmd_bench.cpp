@@ -1,0 +1,121 @@
+// `orchid bench (prefill|decode|all) -m DIR`: tokens/s of prefill at each prompt length and
+// of decode at each context length, written as JSON (bench/results/*.json).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cli/commands.h"
+#include "orchid/runtime/sampler.h"
+#include "orchid/util/thread_pool.h"
+
+namespace orchid::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string run_command(const char* cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd, "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
+  return ids;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app, int& exit_code) {
+  struct Args {
+    ModelOptions model;
+    std::string what = "all", lengths = "256,512,1024", out;
+    int decode_tokens = 32;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode tokens/s");
+  cmd->add_option("what", args->what, "prefill | decode | all")
+      ->check(CLI::IsMember({"prefill", "decode", "all"}));
+  add_model_options(cmd, args->model);
+  cmd->add_option("--lengths", args->lengths, "prompt / context lengths, comma-separated");
+  cmd->add_option("--decode-tokens", args->decode_tokens, "decode steps timed per context")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--out", args->out, "write the results as JSON here");
+  cmd->callback([args, &exit_code] {
+    auto lengths = parse_token_list(args->lengths);
+    if (!lengths) return void(exit_code = fail("--lengths: " + lengths.message()));
+    auto lm = open_model(args->model);
+    if (!lm) return void(exit_code = fail(lm.message()));
+    Backend& be = *lm->backend;
+    const int64_t V = be.n_vocab();
+    nlohmann::json prefill = nlohmann::json::object(), decode = nlohmann::json::object();
+    std::printf("%8s %14s %14s\n", "length", "prefill tok/s", "decode tok/s");
+    for (int32_t len : *lengths) {
+      if (len <= 0) return void(exit_code = fail("--lengths: lengths must be positive"));
+      auto prompt = random_tokens(len, V, uint64_t(len));
+      auto st = be.new_state(len + args->decode_tokens + 1);
+      if (!st) return void(exit_code = fail(st.message()));
+      std::vector<float> logits;
+      auto t0 = Clock::now();
+      Status s = be.forward(**st, prompt, LogitsMode::last, logits);
+      if (!s) return void(exit_code = fail(s.message()));
+      const double prefill_tps = len / seconds_since(t0);
+      double decode_tps = 0;
+      if (args->what != "prefill") {
+        int32_t id = argmax(logits);
+        t0 = Clock::now();
+        for (int i = 0; i < args->decode_tokens; ++i) {
+          s = be.forward(**st, std::span<const int32_t>(&id, 1), LogitsMode::last, logits);
+          if (!s) return void(exit_code = fail(s.message()));
+          id = argmax(logits);
+        }
+        decode_tps = args->decode_tokens / seconds_since(t0);
+        decode[std::to_string(len)] = decode_tps;
+      }
+      if (args->what != "decode") prefill[std::to_string(len)] = prefill_tps;
+      std::printf("%8d %14.1f %14.1f\n", len, prefill_tps, decode_tps);
+    }
+    if (args->out.empty()) return;
+    nlohmann::json j = {
+        {"what", "orchid bench " + args->what},
+        {"commit", run_command("git rev-parse HEAD 2>/dev/null")},
+        {"date", run_command("date -u +%Y-%m-%dT%H:%M:%SZ")},
+        {"machine",
+         {{"cpu", cpu_model()},
+          {"hardware_threads", std::thread::hardware_concurrency()},
+          {"threads_used", default_pool().size()}}},
+        {"backend", be.name()},
+        {"model", args->model.dir},
+        {"layout", lm->model->layout_name()},
+        {"flags", {{"quantize", args->model.quantize}}},
+        {"decode_tokens_per_measurement", args->decode_tokens},
+        {"prefill_tok_s", prefill},
+        {"decode_tok_s_at_context", decode}};
+    std::ofstream f(args->out);
+    f << j.dump(2) << "\n";
+    if (!f) return void(exit_code = fail("cannot write " + args->out));
+  });
+}
+
+}  // namespace orchid::cli

@@ -1,0 +1,48 @@
+// The `orchid` subcommands. Each add_* registers one subcommand on the app; its callback
+// stores the process exit code in `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "orchid/util/status.h"
+
+namespace orchid::cli {
+
+void add_info(CLI::App& app, int& exit_code);
+void add_logits(CLI::App& app, int& exit_code);
+void add_generate(CLI::App& app, int& exit_code);
+void add_synth(CLI::App& app, int& exit_code);
+void add_bench(CLI::App& app, int& exit_code);
+
+// "1,2,3" → ids; an empty list or a non-integer entry is an error.
+Expected<std::vector<int32_t>> parse_token_list(const std::string& text);
+// Prints "orchid: error: MESSAGE" to stderr and returns 1.
+int fail(const std::string& message);
+
+}  // namespace orchid::cli
+
+#include <memory>
+
+#include "orchid/backend/backend.h"
+#include "orchid/model/model.h"
+
+namespace orchid::cli {
+
+// -m DIR, --quantize, --backend as shared by the subcommands that run the model.
+struct ModelOptions {
+  std::string dir;
+  std::string quantize;  // "" or "q4"
+  std::string backend = "cpu";
+};
+void add_model_options(CLI::App* cmd, ModelOptions& opts);
+
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+};
+Expected<LoadedModel> open_model(const ModelOptions& opts);
+
+}  // namespace orchid::cli

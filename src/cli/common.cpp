@@ -1,0 +1,58 @@
+// Helpers shared by the subcommands.
+#include <charconv>
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace orchid::cli {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "orchid: error: %s\n", message.c_str());
+  return 1;
+}
+
+Expected<std::vector<int32_t>> parse_token_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string_view item(text.data() + pos, comma - pos);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    int32_t id = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size())
+      return err("--tokens: '", std::string(item), "' is not a token id (expected e.g. 1,2,3)");
+    ids.push_back(id);
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+}  // namespace orchid::cli
+
+#include "orchid/backend/cpu/cpu_backend.h"
+
+namespace orchid::cli {
+
+void add_model_options(CLI::App* cmd, ModelOptions& opts) {
+  cmd->add_option("-m,--model", opts.dir, "model directory (config.json + safetensors)")
+      ->required();
+  cmd->add_option("--quantize", opts.quantize, "quantize a bf16 checkpoint at load: q4")
+      ->check(CLI::IsMember({"q4"}));
+  cmd->add_option("--backend", opts.backend, "compute backend")->check(CLI::IsMember({"cpu"}));
+}
+
+Expected<LoadedModel> open_model(const ModelOptions& opts) {
+  LoadOptions lo;
+  lo.quantize_q4 = opts.quantize == "q4";
+  auto m = load_model(opts.dir, lo);
+  if (!m) return m.error();
+  LoadedModel out;
+  out.model = std::move(*m);
+  out.backend = make_cpu_backend(*out.model);
+  return out;
+}
+
+}  // namespace orchid::cli

@@ -1,0 +1,21 @@
+// orchid: command-line entry point (info | logits | generate | synth | bench).
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"orchid — inference engine for the Qwen3.5/3.6 hybrid MoE family"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  orchid::cli::add_info(app, exit_code);
+  orchid::cli::add_logits(app, exit_code);
+  orchid::cli::add_generate(app, exit_code);
+  orchid::cli::add_synth(app, exit_code);
+  orchid::cli::add_bench(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}

@@ -1,0 +1,104 @@
+// CPU gated attention: q/gate split per head, q/k RMSNorm, partial rotate-half RoPE, causal
+// GQA attention tiled with an online softmax (no [T, n_ctx] score matrix), sigmoid gate, o_proj.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "orchid/backend/cpu/cpu_layers.h"
+#include "orchid/backend/cpu/ops.h"
+#include "orchid/util/thread_pool.h"
+
+namespace orchid::cpu {
+namespace {
+
+// Rotate-half RoPE on the first n_rot dims of one head vector, position p. Angles are formed
+// in fp32 as HF does (inv_freq · p), so long positions round the same way.
+void rope(float* x, int n_rot, double theta, int64_t p) {
+  const int half = n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    const float inv_freq = float(1.0 / std::pow(theta, double(2 * i) / double(n_rot)));
+    const float ang = inv_freq * float(p);
+    const float c = std::cos(ang), s = std::sin(ang);
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+}
+
+constexpr int64_t kQueryTile = 16;  // query rows per work item
+constexpr int64_t kKeyTile = 64;    // keys scored at once per query row
+
+}  // namespace
+
+void attention_forward(const ModelConfig& c, const AttentionWeights& w, CpuState& st, int layer,
+                       const float* x, int64_t T, int64_t pos0, float* out) {
+  const int64_t H = c.n_embd, hd = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
+  const int64_t group = nh / nkv;
+  std::vector<float> qg(T * nh * 2 * hd), kk(T * nkv * hd), vv(T * nkv * hd);
+  matmul(w.q_proj, x, T, qg.data());
+  matmul(w.k_proj, x, T, kk.data());
+  matmul(w.v_proj, x, T, vv.data());
+
+  // Normalise + rotate q in place inside qg; k likewise, then append K/V to the cache.
+  std::vector<float>& kc = st.k[size_t(layer)];
+  std::vector<float>& vc = st.v[size_t(layer)];
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < nh; ++h) {
+      float* q = qg.data() + (t * nh + h) * 2 * hd;
+      rms_norm(q, w.q_norm.data(), c.rms_norm_eps, hd, q);
+      rope(q, c.n_rot, c.rope_theta, pos0 + t);
+    }
+    for (int64_t g = 0; g < nkv; ++g) {
+      float* k = kk.data() + (t * nkv + g) * hd;
+      rms_norm(k, w.k_norm.data(), c.rms_norm_eps, hd, k);
+      rope(k, c.n_rot, c.rope_theta, pos0 + t);
+    }
+  }
+  std::copy(kk.begin(), kk.end(), kc.begin() + pos0 * nkv * hd);
+  std::copy(vv.begin(), vv.end(), vc.begin() + pos0 * nkv * hd);
+
+  // o[t, h*hd + d]: attention output per head, then gated by sigmoid(gate).
+  std::vector<float> o(T * nh * hd);
+  const float scale = 1.f / std::sqrt(float(hd));
+  const int64_t n_qtiles = (T + kQueryTile - 1) / kQueryTile;
+  default_pool().parallel_for(nh * n_qtiles, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scores(kKeyTile), acc(hd);
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t h = item / n_qtiles, g = h / group;
+      const int64_t t0 = (item % n_qtiles) * kQueryTile, t1 = std::min(T, t0 + kQueryTile);
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* q = qg.data() + (t * nh + h) * 2 * hd;
+        const int64_t n_keys = pos0 + t + 1;  // causal: keys 0..pos0+t
+        float m = -std::numeric_limits<float>::infinity(), l = 0.f;
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t k0 = 0; k0 < n_keys; k0 += kKeyTile) {
+          const int64_t k1 = std::min(n_keys, k0 + kKeyTile);
+          float tile_max = -std::numeric_limits<float>::infinity();
+          for (int64_t j = k0; j < k1; ++j) {
+            float s = dot(q, kc.data() + (j * nkv + g) * hd, hd) * scale;
+            scores[size_t(j - k0)] = s;
+            tile_max = std::max(tile_max, s);
+          }
+          const float m_new = std::max(m, tile_max);
+          const float correction = std::exp(m - m_new);
+          l *= correction;
+          for (auto& a : acc) a *= correction;
+          for (int64_t j = k0; j < k1; ++j) {
+            const float p = std::exp(scores[size_t(j - k0)] - m_new);
+            l += p;
+            const float* vrow = vc.data() + (j * nkv + g) * hd;
+            for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] += p * vrow[d];
+          }
+          m = m_new;
+        }
+        const float* gate = q + hd;
+        float* orow = o.data() + (t * nh + h) * hd;
+        for (int64_t d = 0; d < hd; ++d) orow[d] = acc[size_t(d)] / l * sigmoid(gate[d]);
+      }
+    }
+  });
+  matmul(w.o_proj, o.data(), T, out);
+  (void)H;
+}
+
+}  // namespace orchid::cpu

@@ -1,0 +1,161 @@
+// CPU backend: embeds a chunk of tokens, runs the layers (norm → mixer → residual → norm →
+// MoE → residual), and produces logits; states, snapshots and chunking live here.
+#include "orchid/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+
+#include "orchid/backend/cpu/cpu_layers.h"
+#include "orchid/backend/cpu/ops.h"
+
+namespace orchid {
+namespace cpu {
+
+int64_t CpuSnapshot::bytes() const {
+  int64_t n = 0;
+  for (const auto& v : conv) n += int64_t(v.size() * sizeof(float));
+  for (const auto& v : rec) n += int64_t(v.size() * sizeof(float));
+  return n;
+}
+
+namespace {
+
+constexpr int64_t kDefaultChunk = 256;  // tokens per prefill chunk: bounds scratch memory
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const Model& m) : m_(m), c_(m.config) {}
+
+  std::string name() const override { return "cpu"; }
+  int64_t n_vocab() const override { return c_.n_vocab; }
+
+  Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) override {
+    if (max_tokens <= 0) return err("state size must be positive, got ", max_tokens);
+    auto st = std::make_unique<CpuState>();
+    st->capacity_ = max_tokens;
+    const size_t L = size_t(c_.n_layer);
+    st->conv.resize(L);
+    st->rec.resize(L);
+    st->k.resize(L);
+    st->v.resize(L);
+    for (size_t l = 0; l < L; ++l) {
+      if (c_.layer_types[l] == LayerKind::linear_attention) {
+        st->conv[l].assign(size_t(c_.lin_conv_dim() * (c_.lin_conv_kernel - 1)), 0.f);
+        st->rec[l].assign(size_t(c_.lin_n_head_v) * c_.lin_head_dim_k * c_.lin_head_dim_v, 0.f);
+      }
+    }
+    return std::unique_ptr<BackendState>(std::move(st));
+  }
+
+  Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
+                 std::vector<float>& logits, int64_t chunk) override {
+    auto& st = static_cast<CpuState&>(state);
+    const int64_t n = int64_t(tokens.size());
+    if (n == 0) return err("forward: no tokens");
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] < 0 || tokens[i] >= c_.n_vocab)
+        return err("token id ", tokens[i], " at index ", i, " is outside the vocabulary [0, ",
+                   c_.n_vocab, ")");
+    if (st.n_past_ + n > st.capacity_)
+      return err("context overflow: ", st.n_past_, " + ", n, " tokens exceed the state's ",
+                 st.capacity_);
+    reserve_kv(st, st.n_past_ + n);
+    if (chunk <= 0) chunk = kDefaultChunk;
+    const int64_t V = c_.n_vocab;
+    logits.assign(size_t(mode == LogitsMode::all ? n * V : V), 0.f);
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+      const int64_t T = std::min(chunk, n - i0);
+      const bool last_chunk = i0 + T == n;
+      float* dst = mode == LogitsMode::all ? logits.data() + i0 * V : logits.data();
+      // Rows needing logits: every row in "all" mode, only the final row otherwise.
+      const int64_t first_row = mode == LogitsMode::all ? 0 : (last_chunk ? T - 1 : T);
+      run_chunk(st, tokens.subspan(size_t(i0), size_t(T)), first_row, dst);
+    }
+    return {};
+  }
+
+  std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) override {
+    const auto& st = static_cast<const CpuState&>(state);
+    auto s = std::make_unique<CpuSnapshot>();
+    s->n_past_ = st.n_past_;
+    s->rewinds_seen = st.rewinds.size();
+    s->conv = st.conv;
+    s->rec = st.rec;
+    return s;
+  }
+
+  Status restore(BackendState& state, const StateSnapshot& snap) override {
+    auto& st = static_cast<CpuState&>(state);
+    const auto* s = dynamic_cast<const CpuSnapshot*>(&snap);
+    if (!s) return err("restore: snapshot was not made by the cpu backend");
+    // KV rows below the snapshot's length must not have been rewritten since it was taken:
+    // that happens only after a rewind to a shorter length.
+    if (s->rewinds_seen > st.rewinds.size())
+      return err("restore: snapshot does not belong to this state");
+    for (size_t i = s->rewinds_seen; i < st.rewinds.size(); ++i)
+      if (st.rewinds[i] < s->n_past_)
+        return err("restore: snapshot at ", s->n_past_, " tokens is stale (the state was rewound to ",
+                   st.rewinds[i], " tokens since)");
+    if (s->n_past_ < st.n_past_) st.rewinds.push_back(s->n_past_);
+    st.conv = s->conv;
+    st.rec = s->rec;
+    st.n_past_ = s->n_past_;
+    return {};
+  }
+
+ private:
+  int64_t kv_row_size() const { return int64_t(c_.n_head_kv) * c_.head_dim; }
+
+  // Grows the KV cache geometrically up to the state's capacity.
+  void reserve_kv(CpuState& st, int64_t tokens) {
+    for (size_t l = 0; l < st.k.size(); ++l) {
+      if (c_.layer_types[l] != LayerKind::full_attention) continue;
+      const size_t have = st.k[l].size() / size_t(kv_row_size());
+      if (int64_t(have) >= tokens) continue;
+      const int64_t rows = std::min(st.capacity_, std::max<int64_t>(tokens, 2 * int64_t(have)));
+      st.k[l].resize(size_t(rows * kv_row_size()));
+      st.v[l].resize(size_t(rows * kv_row_size()));
+    }
+  }
+
+  // One chunk of T tokens; logits of rows [first_row, T) go to dst (row-major [., V]).
+  void run_chunk(CpuState& st, std::span<const int32_t> tokens, int64_t first_row, float* dst) {
+    const int64_t T = int64_t(tokens.size()), H = c_.n_embd;
+    const Weights& w = m_.weights;
+    std::vector<float> x(T * H), a(T * H), m(T * H);
+    for (int64_t t = 0; t < T; ++t) w.tok_embd.dequant_row(tokens[size_t(t)], x.data() + t * H);
+    for (int l = 0; l < c_.n_layer; ++l) {
+      const LayerWeights& L = w.layers[size_t(l)];
+      for (int64_t t = 0; t < T; ++t)
+        cpu::rms_norm(x.data() + t * H, L.attn_norm.data(), c_.rms_norm_eps, H, a.data() + t * H);
+      if (c_.layer_types[size_t(l)] == LayerKind::full_attention)
+        attention_forward(c_, L.attn, st, l, a.data(), T, st.n_past_, m.data());
+      else
+        delta_net_forward(c_, L.gdn, st, l, a.data(), T, m.data());
+      for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += m[size_t(i)];
+      for (int64_t t = 0; t < T; ++t)
+        cpu::rms_norm(x.data() + t * H, L.post_attn_norm.data(), c_.rms_norm_eps, H,
+                      a.data() + t * H);
+      moe_forward(c_, L.moe, a.data(), T, m.data());
+      for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += m[size_t(i)];
+    }
+    st.n_past_ += T;
+    if (first_row >= T) return;
+    const int64_t rows = T - first_row;
+    for (int64_t t = first_row; t < T; ++t)
+      cpu::rms_norm(x.data() + t * H, w.output_norm.data(), c_.rms_norm_eps, H,
+                    a.data() + (t - first_row) * H);
+    matmul(w.output, a.data(), rows, dst);
+  }
+
+  const Model& m_;
+  const ModelConfig& c_;
+};
+
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend(const Model& model) {
+  return std::make_unique<cpu::CpuBackend>(model);
+}
+
+}  // namespace orchid

@@ -1,0 +1,41 @@
+// A loaded model: config, the canonical weights, and what keeps their memory alive.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orchid/model/config.h"
+#include "orchid/model/safetensors.h"
+#include "orchid/model/weights.h"
+#include "orchid/util/status.h"
+
+namespace orchid {
+
+// Which on-disk naming the checkpoint used.
+enum class Layout {
+  hf,   // Hugging Face original: model.language_model.* / model.*, lm_head.weight, raw norms
+  mlx,  // MLX: language_model.model.*, switch_mlp experts, conv [C,K,1], norms stored as 1 + w
+};
+
+struct LoadOptions {
+  bool quantize_q4 = false;  // quantize dense matrices at load into MLX affine 4-bit group 64
+};
+
+struct Model {
+  ModelConfig config;
+  Layout layout = Layout::hf;
+  std::string dir;
+  Weights weights;
+  std::unique_ptr<Checkpoint> checkpoint;   // the mapped files the weights point into
+  std::deque<std::vector<uint8_t>> arena;   // buffers the loader made (quantized copies, ...)
+
+  std::string layout_name() const { return layout == Layout::hf ? "hf" : "mlx"; }
+};
+
+// Loads DIR (config.json + safetensors). Every expected tensor is checked for presence, dtype
+// and shape; errors name the tensor and file.
+Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& opts = {});
+
+}  // namespace orchid

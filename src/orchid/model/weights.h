@@ -1,0 +1,87 @@
+// The canonical in-memory model: every weight as a (possibly quantized) matrix view plus
+// small fp32 vectors. Matrices point into the memory-mapped checkpoint or into buffers the
+// loader owns (Model::arena); quantized weights are never expanded in memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "orchid/model/dtype.h"
+
+namespace orchid {
+
+// How a matrix's elements are stored.
+enum class WeightFormat {
+  dense,   // `data` is [rows, cols] of `dtype` (F32, BF16 or F16)
+  affine,  // MLX affine: `data` is uint32 [rows, cols*bits/32], scales/biases [rows, cols/group]
+};
+
+// A linear layer's weight W [rows = out, cols = in]; y = x · Wᵀ.
+struct QuantMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  WeightFormat format = WeightFormat::dense;
+  DType dtype = DType::BF16;  // dense: element type; affine: type of scales and biases
+  int bits = 16;              // affine: 4 or 8; dense: element bits
+  int group = 0;              // affine: elements per (scale, bias) pair along a row
+  const void* data = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+
+  bool quantized() const { return format == WeightFormat::affine; }
+  // Bytes this matrix occupies (codes + scales + biases, or dense elements).
+  int64_t bytes() const;
+  // Row r as fp32 (dequantized if needed). PRECONDITION: out has cols elements.
+  void dequant_row(int64_t r, float* out) const;
+  // A view of rows [r0, r0 + n) (for fused [gate; up] stacks).
+  QuantMatrix row_slice(int64_t r0, int64_t n) const;
+};
+
+struct AttentionWeights {
+  QuantMatrix q_proj;   // [n_head * head_dim * 2, n_embd]: per head [query(hd) | gate(hd)]
+  QuantMatrix k_proj;   // [n_head_kv * head_dim, n_embd]
+  QuantMatrix v_proj;   // [n_head_kv * head_dim, n_embd]
+  QuantMatrix o_proj;   // [n_embd, n_head * head_dim]
+  std::vector<float> q_norm;  // [head_dim] effective scale (1 + w)
+  std::vector<float> k_norm;  // [head_dim] effective scale (1 + w)
+};
+
+struct DeltaNetWeights {
+  QuantMatrix in_proj_qkv;  // [conv_dim, n_embd]: rows Q(key_dim) | K(key_dim) | V(value_dim)
+  QuantMatrix in_proj_z;    // [value_dim, n_embd]
+  QuantMatrix in_proj_b;    // [lin_n_head_v, n_embd]
+  QuantMatrix in_proj_a;    // [lin_n_head_v, n_embd]
+  QuantMatrix out_proj;     // [n_embd, value_dim]
+  std::vector<float> conv;     // [conv_dim, conv_kernel]: tap K-1 multiplies the current token
+  std::vector<float> A_log;    // [lin_n_head_v]
+  std::vector<float> dt_bias;  // [lin_n_head_v]
+  std::vector<float> norm;     // [lin_head_dim_v] gated RMSNorm weight (plain, not 1 + w)
+};
+
+struct MoeWeights {
+  QuantMatrix router;                   // [n_expert, n_embd]
+  std::vector<QuantMatrix> gate;        // n_expert x [n_ff_exp, n_embd]
+  std::vector<QuantMatrix> up;          // n_expert x [n_ff_exp, n_embd]
+  std::vector<QuantMatrix> down;        // n_expert x [n_embd, n_ff_exp]
+  QuantMatrix shared_gate;              // [n_ff_shexp, n_embd]
+  QuantMatrix shared_up;                // [n_ff_shexp, n_embd]
+  QuantMatrix shared_down;              // [n_embd, n_ff_shexp]
+  QuantMatrix shared_expert_gate;       // [1, n_embd]
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;       // [n_embd] effective scale (1 + w)
+  std::vector<float> post_attn_norm;  // [n_embd] effective scale (1 + w)
+  AttentionWeights attn;              // full-attention layers only
+  DeltaNetWeights gdn;                // linear-attention layers only
+  MoeWeights moe;
+};
+
+struct Weights {
+  QuantMatrix tok_embd;            // [n_vocab, n_embd]
+  std::vector<LayerWeights> layers;  // [n_layer]
+  std::vector<float> output_norm;  // [n_embd] effective scale (1 + w)
+  QuantMatrix output;              // [n_vocab, n_embd] (lm_head)
+};
+
+}  // namespace orchid
