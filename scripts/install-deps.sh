@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what orchid needs to build and test on Debian 12: compilers, CMake/Ninja, ccache,
+# and the libraries in docs/deps.md; then the npm test packages if package.json exists.
+# Idempotent: packages already present are skipped, so a second run takes seconds.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache git pkg-config
+  clang libclang-rt-14-dev clang-format
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+  python3
+)
+
+sudo_cmd=""
+[[ $(id -u) -eq 0 ]] || sudo_cmd="sudo"
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: Debian packages present"
+fi
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ -f "$root/package.json" ]]; then
+  if ! command -v npm >/dev/null; then
+    $sudo_cmd apt-get install -y -qq --no-install-recommends nodejs npm
+  fi
+  (cd "$root" && npm ci --no-audit --no-fund --loglevel=error)
+fi
