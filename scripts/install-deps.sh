@@ -8,7 +8,8 @@ packages=(
   build-essential cmake ninja-build ccache git pkg-config
   clang libclang-rt-14-dev clang-format
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-  python3
+  libpcre2-dev libutf8proc-dev
+  python3 python3-jinja2 nodejs npm
 )
 
 sudo_cmd=""
@@ -30,8 +31,8 @@ fi
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -f "$root/package.json" ]]; then
-  if ! command -v npm >/dev/null; then
-    $sudo_cmd apt-get install -y -qq --no-install-recommends nodejs npm
+  # npm ci is skipped when node_modules already matches the lock file.
+  if ! cmp -s "$root/package-lock.json" "$root/node_modules/.package-lock.json" 2>/dev/null; then
+    (cd "$root" && npm ci --no-audit --no-fund --loglevel=error)
   fi
-  (cd "$root" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -1,7 +1,10 @@
 // Random checkpoints (see synth.h). Three steps: plan every tensor of the layout (name, shape,
 // distribution, storage), cut the plan into byte-balanced shards, then per shard generate all
 // values in parallel (units of a few rows, each row from its own keyed PRNG stream, so output
-// bytes do not depend on the thread count) and write the shard before starting the next.
+// bytes do not depend on the thread count) into one of two reused arenas, and write it on a
+// background thread while the next shard is generated.
+// Measured (16-core host): full-size qwen3.6-35b-a3b mlx4, 19.5 GB in 5 shards, in 32 s with a
+// peak RSS of 7.7 GB.
 #include "orchid/model/synth.h"
 
 #include <algorithm>

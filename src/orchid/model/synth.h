@@ -26,8 +26,8 @@ std::string_view synth_layout_name(SynthLayout layout);
 
 struct SynthOptions {
   uint64_t seed = 0;
-  // A shard is closed once it reaches about this many bytes; it bounds peak memory (one
-  // shard's buffers plus per-thread scratch).
+  // Target bytes per shard (cuts fall between tensors, so a shard may exceed it by one).
+  // Peak memory is about two shards: one being written while the next is generated.
   uint64_t shard_bytes = 4'000'000'000;
   // hf: at least 2 shards, so even tiny checkpoints exercise the index; mlx4: 1 (a small
   // model is one model.safetensors, as small mlx-community conversions are).

@@ -42,7 +42,9 @@ void matmul(const QuantMatrix& W, const float* X, int64_t n_rows_x, float* Y) {
   // block (kBlock · cols floats) stays in L2.
   constexpr int64_t kBlock = 16;
   const int64_t n_blocks = (rows + kBlock - 1) / kBlock;
-  default_pool().parallel_for(n_blocks, 1, [&](int64_t b0, int64_t b1) {
+  // Below ~64K multiply-adds per block handed to a thread, waking threads costs more than it saves.
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / (kBlock * cols * n_rows_x));
+  default_pool().parallel_for(n_blocks, grain, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> wbuf;
     wbuf.resize(size_t(kBlock * cols));
     for (int64_t b = b0; b < b1; ++b) {
