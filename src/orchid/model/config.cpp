@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -24,7 +25,7 @@ class FieldReader {
   }
   int64_t positive(const char* key, std::optional<int64_t> fallback = std::nullopt) {
     int64_t n = integer(key, fallback);
-    if (ok() && (n <= 0 || n > (int64_t(1) << 31)))
+    if (ok() && (n <= 0 || n > std::numeric_limits<int32_t>::max()))
       error_ = err(file_, ": '", key, "' must be a positive integer, got ", n);
     return n;
   }
@@ -102,6 +103,11 @@ Status parse_quantization(const json& root, std::string_view file, ModelConfig& 
   }
   if (!q) return {};
   if (!q->is_object()) return err(file, ": 'quantization' must be an object");
+  // HF quantization_config (FP8, GPTQ, AWQ, bitsandbytes, ...) names a quant_method; MLX
+  // affine never does. Reading one as MLX affine would misread every weight.
+  if (auto m = q->find("quant_method"); m != q->end() && !m->is_null())
+    return err(file, ": quantization quant_method ", m->dump(),
+               " is not supported (only MLX affine quantization, or none)");
   auto base = parse_quant_spec(*q, file, "quantization");
   if (!base) return base.error();
   cfg.quant = *base;

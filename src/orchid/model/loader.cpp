@@ -132,6 +132,14 @@ class Loader {
     want_s.back() = n_groups;
     if (cols * bits % 32 != 0)
       return err((*w)->file, ": ", cols, " columns at ", bits, " bits do not fill whole words");
+    if (spec && packed != want_w.back()) {
+      // Say which width the tensor was packed at, not just that its shape is off.
+      std::string actual = packed * 32 % cols == 0 ? std::to_string(packed * 32 / cols) + "-bit"
+                                                   : "not a whole number of bits per element";
+      return err((*w)->file, ": quantized tensor '", (*w)->name, "' packs ", cols, " columns into ",
+                 packed, " words per row (", actual, "), but the config's quantization for '",
+                 quant_path(base), "' says ", bits, "-bit: expected shape ", shape_str(want_w));
+    }
     ORCHID_TRY(check_shape(**w, want_w));
     ORCHID_TRY(check_shape(*scales, want_s));
     ORCHID_TRY(check_shape(**biases, want_s));
