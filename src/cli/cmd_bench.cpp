@@ -97,21 +97,20 @@ void add_bench(CLI::App& app, int& exit_code) {
       std::printf("%8d %14.1f %14.1f\n", len, prefill_tps, decode_tps);
     }
     if (args->out.empty()) return;
-    nlohmann::json j = {
-        {"what", "orchid bench " + args->what},
-        {"commit", run_command("git rev-parse HEAD 2>/dev/null")},
-        {"date", run_command("date -u +%Y-%m-%dT%H:%M:%SZ")},
-        {"machine",
-         {{"cpu", cpu_model()},
-          {"hardware_threads", std::thread::hardware_concurrency()},
-          {"threads_used", default_pool().size()}}},
-        {"backend", be.name()},
-        {"model", args->model.dir},
-        {"layout", lm->model->layout_name()},
-        {"flags", {{"quantize", args->model.quantize}}},
-        {"decode_tokens_per_measurement", args->decode_tokens},
-        {"prefill_tok_s", prefill},
-        {"decode_tok_s_at_context", decode}};
+    nlohmann::json j = {{"what", "orchid bench " + args->what},
+                        {"commit", run_command("git rev-parse HEAD 2>/dev/null")},
+                        {"date", run_command("date -u +%Y-%m-%dT%H:%M:%SZ")},
+                        {"machine",
+                         {{"cpu", cpu_model()},
+                          {"hardware_threads", std::thread::hardware_concurrency()},
+                          {"threads_used", default_pool().size()}}},
+                        {"backend", be.name()},
+                        {"model", args->model.dir},
+                        {"layout", lm->model->layout_name()},
+                        {"flags", {{"quantize", args->model.quantize}}},
+                        {"decode_tokens_per_measurement", args->decode_tokens},
+                        {"prefill_tok_s", prefill},
+                        {"decode_tok_s_at_context", decode}};
     std::ofstream f(args->out);
     f << j.dump(2) << "\n";
     if (!f) return void(exit_code = fail("cannot write " + args->out));

@@ -43,12 +43,12 @@ void add_info(CLI::App& app, int& exit_code) {
     std::printf("vocab      %lld   hidden %d   layers %d (%d full attention, %d Gated DeltaNet)\n",
                 (long long)c.n_vocab, c.n_embd, c.n_layer, c.n_full_layers(),
                 c.n_layer - c.n_full_layers());
-    std::printf("attention  %d q heads, %d kv heads, head_dim %d, rotary %d, theta %g\n",
-                c.n_head, c.n_head_kv, c.head_dim, c.n_rot, c.rope_theta);
+    std::printf("attention  %d q heads, %d kv heads, head_dim %d, rotary %d, theta %g\n", c.n_head,
+                c.n_head_kv, c.head_dim, c.n_rot, c.rope_theta);
     std::printf("deltanet   %d k heads x %d, %d v heads x %d, conv %d\n", c.lin_n_head_k,
                 c.lin_head_dim_k, c.lin_n_head_v, c.lin_head_dim_v, c.lin_conv_kernel);
-    std::printf("moe        %d experts, top %d, ff %d, shared ff %d\n", c.n_expert,
-                c.n_expert_used, c.n_ff_exp, c.n_ff_shexp);
+    std::printf("moe        %d experts, top %d, ff %d, shared ff %d\n", c.n_expert, c.n_expert_used,
+                c.n_ff_exp, c.n_ff_shexp);
 
     std::map<std::string, GroupStats> groups;
     const Weights& w = m.weights;

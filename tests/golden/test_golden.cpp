@@ -17,6 +17,7 @@ namespace {
 
 struct GoldenCase {
   std::string config, layout;
+  friend void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.config << "/" << c.layout; }
 };
 
 std::string golden_dir(const std::string& config) {
@@ -57,7 +58,9 @@ class Golden : public ::testing::TestWithParam<GoldenCase> {
     backend_ = make_cpu_backend(*model_);
   }
 
-  std::vector<int32_t> prompt(int i) const { return golden_["prompts"][i].get<std::vector<int32_t>>(); }
+  std::vector<int32_t> prompt(int i) const {
+    return golden_["prompts"][i].get<std::vector<int32_t>>();
+  }
   const nlohmann::json& ref() const { return golden_["layouts"][GetParam().layout]; }
 
   std::vector<float> logits_all(std::span<const int32_t> tokens, int64_t chunk) {
@@ -113,7 +116,8 @@ TEST_P(Golden, PrefillEqualsTokenByTokenDecode) {
   ASSERT_TRUE(st.ok());
   std::vector<float> step, decode;
   for (int32_t id : ids) {
-    ASSERT_TRUE(backend_->forward(**st, std::span<const int32_t>(&id, 1), LogitsMode::last, step).ok());
+    ASSERT_TRUE(
+        backend_->forward(**st, std::span<const int32_t>(&id, 1), LogitsMode::last, step).ok());
     decode.insert(decode.end(), step.begin(), step.end());
   }
   EXPECT_LE(worst_row_rel_l2(decode, prefill, V), 1e-4);
@@ -150,7 +154,9 @@ TEST_P(Golden, SnapshotRestoreRepeatsContinuation) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
                          ::testing::Values(GoldenCase{"tiny", "hf"}, GoldenCase{"tiny", "mlx4"},
                                            GoldenCase{"odd", "hf"}, GoldenCase{"odd", "mlx4"}),
-                         [](const auto& info) { return info.param.config + "_" + info.param.layout; });
+                         [](const auto& info) {
+                           return info.param.config + "_" + info.param.layout;
+                         });
 
 }  // namespace
 }  // namespace orchid

@@ -18,7 +18,9 @@ std::string shape_str(std::span<const int64_t> shape) {
   return s.str();
 }
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+bool is_float(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16;
+}
 
 float read_float(const TensorInfo& t, int64_t i) {
   const uint8_t* p = t.data.data();
@@ -93,8 +95,8 @@ class Loader {
     const TensorInfo* scales = find(base + ".scales");
     if (!scales) {
       if (!is_float((*w)->dtype))
-        return err((*w)->file, ": tensor '", (*w)->name, "' has dtype ",
-                   dtype_name((*w)->dtype), ", expected BF16, F16 or F32 (or U32 with scales)");
+        return err((*w)->file, ": tensor '", (*w)->name, "' has dtype ", dtype_name((*w)->dtype),
+                   ", expected BF16, F16 or F32 (or U32 with scales)");
       ORCHID_TRY(check_shape(**w, want));
       q.format = WeightFormat::dense;
       q.dtype = (*w)->dtype;
@@ -226,7 +228,8 @@ Status detect_layout(Model& m) {
   // mlx-lm text-only exports also use "model."; MLX marks converted conv weights [C,K,1].
   for (int i = 0; i < m.config.n_layer; ++i) {
     if (m.config.layer_types[size_t(i)] != LayerKind::linear_attention) continue;
-    const TensorInfo* c = ck.find(prefix + "layers." + std::to_string(i) + ".linear_attn.conv1d.weight");
+    const TensorInfo* c =
+        ck.find(prefix + "layers." + std::to_string(i) + ".linear_attn.conv1d.weight");
     if (c && c->shape.size() == 3 && c->shape[2] == 1 && c->shape[1] != 1) m.layout = Layout::mlx;
     break;
   }
@@ -244,11 +247,11 @@ Status load_layer(Loader& ld, const Model& m, const std::string& pre, int i, Lay
   const bool raw_norms = m.layout == Layout::hf;
   const int64_t H = c.n_embd;
   const std::string p = pre + "layers." + std::to_string(i) + ".";
-#define LOAD(dst, expr)              \
-  do {                               \
-    auto r_ = (expr);                \
-    if (!r_) return r_.error();      \
-    dst = std::move(*r_);            \
+#define LOAD(dst, expr)         \
+  do {                          \
+    auto r_ = (expr);           \
+    if (!r_) return r_.error(); \
+    dst = std::move(*r_);       \
   } while (0)
   LOAD(L.attn_norm, ld.vec(p + "input_layernorm.weight", H, raw_norms));
   LOAD(L.post_attn_norm, ld.vec(p + "post_attention_layernorm.weight", H, raw_norms));

@@ -28,8 +28,8 @@ struct Model {
   Layout layout = Layout::hf;
   std::string dir;
   Weights weights;
-  std::unique_ptr<Checkpoint> checkpoint;   // the mapped files the weights point into
-  std::deque<std::vector<uint8_t>> arena;   // buffers the loader made (quantized copies, ...)
+  std::unique_ptr<Checkpoint> checkpoint;  // the mapped files the weights point into
+  std::deque<std::vector<uint8_t>> arena;  // buffers the loader made (quantized copies, ...)
 
   std::string layout_name() const { return layout == Layout::hf ? "hf" : "mlx"; }
 };

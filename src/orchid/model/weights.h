@@ -38,20 +38,20 @@ struct QuantMatrix {
 };
 
 struct AttentionWeights {
-  QuantMatrix q_proj;   // [n_head * head_dim * 2, n_embd]: per head [query(hd) | gate(hd)]
-  QuantMatrix k_proj;   // [n_head_kv * head_dim, n_embd]
-  QuantMatrix v_proj;   // [n_head_kv * head_dim, n_embd]
-  QuantMatrix o_proj;   // [n_embd, n_head * head_dim]
+  QuantMatrix q_proj;         // [n_head * head_dim * 2, n_embd]: per head [query(hd) | gate(hd)]
+  QuantMatrix k_proj;         // [n_head_kv * head_dim, n_embd]
+  QuantMatrix v_proj;         // [n_head_kv * head_dim, n_embd]
+  QuantMatrix o_proj;         // [n_embd, n_head * head_dim]
   std::vector<float> q_norm;  // [head_dim] effective scale (1 + w)
   std::vector<float> k_norm;  // [head_dim] effective scale (1 + w)
 };
 
 struct DeltaNetWeights {
-  QuantMatrix in_proj_qkv;  // [conv_dim, n_embd]: rows Q(key_dim) | K(key_dim) | V(value_dim)
-  QuantMatrix in_proj_z;    // [value_dim, n_embd]
-  QuantMatrix in_proj_b;    // [lin_n_head_v, n_embd]
-  QuantMatrix in_proj_a;    // [lin_n_head_v, n_embd]
-  QuantMatrix out_proj;     // [n_embd, value_dim]
+  QuantMatrix in_proj_qkv;     // [conv_dim, n_embd]: rows Q(key_dim) | K(key_dim) | V(value_dim)
+  QuantMatrix in_proj_z;       // [value_dim, n_embd]
+  QuantMatrix in_proj_b;       // [lin_n_head_v, n_embd]
+  QuantMatrix in_proj_a;       // [lin_n_head_v, n_embd]
+  QuantMatrix out_proj;        // [n_embd, value_dim]
   std::vector<float> conv;     // [conv_dim, conv_kernel]: tap K-1 multiplies the current token
   std::vector<float> A_log;    // [lin_n_head_v]
   std::vector<float> dt_bias;  // [lin_n_head_v]
@@ -59,14 +59,14 @@ struct DeltaNetWeights {
 };
 
 struct MoeWeights {
-  QuantMatrix router;                   // [n_expert, n_embd]
-  std::vector<QuantMatrix> gate;        // n_expert x [n_ff_exp, n_embd]
-  std::vector<QuantMatrix> up;          // n_expert x [n_ff_exp, n_embd]
-  std::vector<QuantMatrix> down;        // n_expert x [n_embd, n_ff_exp]
-  QuantMatrix shared_gate;              // [n_ff_shexp, n_embd]
-  QuantMatrix shared_up;                // [n_ff_shexp, n_embd]
-  QuantMatrix shared_down;              // [n_embd, n_ff_shexp]
-  QuantMatrix shared_expert_gate;       // [1, n_embd]
+  QuantMatrix router;              // [n_expert, n_embd]
+  std::vector<QuantMatrix> gate;   // n_expert x [n_ff_exp, n_embd]
+  std::vector<QuantMatrix> up;     // n_expert x [n_ff_exp, n_embd]
+  std::vector<QuantMatrix> down;   // n_expert x [n_embd, n_ff_exp]
+  QuantMatrix shared_gate;         // [n_ff_shexp, n_embd]
+  QuantMatrix shared_up;           // [n_ff_shexp, n_embd]
+  QuantMatrix shared_down;         // [n_embd, n_ff_shexp]
+  QuantMatrix shared_expert_gate;  // [1, n_embd]
 };
 
 struct LayerWeights {
@@ -78,10 +78,10 @@ struct LayerWeights {
 };
 
 struct Weights {
-  QuantMatrix tok_embd;            // [n_vocab, n_embd]
+  QuantMatrix tok_embd;              // [n_vocab, n_embd]
   std::vector<LayerWeights> layers;  // [n_layer]
-  std::vector<float> output_norm;  // [n_embd] effective scale (1 + w)
-  QuantMatrix output;              // [n_vocab, n_embd] (lm_head)
+  std::vector<float> output_norm;    // [n_embd] effective scale (1 + w)
+  QuantMatrix output;                // [n_vocab, n_embd] (lm_head)
 };
 
 }  // namespace orchid

@@ -3,8 +3,8 @@
 
 namespace orchid {
 
-Expected<std::vector<int32_t>> generate(Backend& backend, std::span<const int32_t> prompt,
-                                        int n, const SamplerParams& params,
+Expected<std::vector<int32_t>> generate(Backend& backend, std::span<const int32_t> prompt, int n,
+                                        const SamplerParams& params,
                                         const std::function<bool(int32_t)>& on_token) {
   if (prompt.empty()) return err("generate: the prompt is empty");
   auto st = backend.new_state(int64_t(prompt.size()) + n);

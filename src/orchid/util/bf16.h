@@ -22,7 +22,9 @@ inline uint16_t f32_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
 
 float f16_to_f32(uint16_t h);
 

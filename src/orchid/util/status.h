@@ -55,11 +55,14 @@ class [[nodiscard]] Expected {
 };
 
 namespace detail {
-inline std::string to_piece(std::string_view s) { return std::string(s); }
-inline std::string to_piece(char c) { return std::string(1, c); }
+inline std::string to_piece(std::string_view s) {
+  return std::string(s);
+}
+inline std::string to_piece(char c) {
+  return std::string(1, c);
+}
 template <class N>
-  requires std::is_arithmetic_v<N>
-std::string to_piece(N n) {
+requires std::is_arithmetic_v<N> std::string to_piece(N n) {
   return std::to_string(n);
 }
 }  // namespace detail
@@ -75,8 +78,8 @@ Error err(const Parts&... parts) {
 }  // namespace orchid
 
 // Propagate an error from an expression returning Status or Expected<T>.
-#define ORCHID_TRY(expr)                                    \
-  do {                                                      \
-    auto&& orchid_try_r_ = (expr);                          \
+#define ORCHID_TRY(expr)                                   \
+  do {                                                     \
+    auto&& orchid_try_r_ = (expr);                         \
     if (!orchid_try_r_.ok()) return orchid_try_r_.error(); \
   } while (0)

@@ -23,7 +23,8 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  int blocks = int(std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1))));
+  int blocks =
+      int(std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1))));
   if (blocks <= 1) {
     fn(0, n);
     return;

@@ -93,8 +93,8 @@ class CpuBackend final : public Backend {
       return err("restore: snapshot does not belong to this state");
     for (size_t i = s->rewinds_seen; i < st.rewinds.size(); ++i)
       if (st.rewinds[i] < s->n_past_)
-        return err("restore: snapshot at ", s->n_past_, " tokens is stale (the state was rewound to ",
-                   st.rewinds[i], " tokens since)");
+        return err("restore: snapshot at ", s->n_past_,
+                   " tokens is stale (the state was rewound to ", st.rewinds[i], " tokens since)");
     if (s->n_past_ < st.n_past_) st.rewinds.push_back(s->n_past_);
     st.conv = s->conv;
     st.rec = s->rec;

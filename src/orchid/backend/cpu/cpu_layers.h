@@ -18,7 +18,7 @@ struct CpuState final : BackendState {
   std::vector<std::vector<float>> rec;   // linear: [n_head_v, head_dim_k, head_dim_v] fp32
   std::vector<std::vector<float>> k;     // full: [capacity, n_head_kv, head_dim] post-RoPE
   std::vector<std::vector<float>> v;     // full: [capacity, n_head_kv, head_dim]
-  std::vector<int64_t> rewinds;  // lengths restored to that were shorter than n_past then
+  std::vector<int64_t> rewinds;          // lengths restored to that were shorter than n_past then
 
   int64_t n_past() const override { return n_past_; }
   int64_t capacity() const override { return capacity_; }

@@ -77,7 +77,8 @@ void delta_net_forward(const ModelConfig& c, const DeltaNetWeights& w, CpuState&
         const float* k = row + kd + kh * dk;
         const float* v = row + 2 * kd + j * dv;
         const float beta = sigmoid(b[size_t(t * hv + j)]);
-        const float decay = std::exp(a_neg * softplus(a[size_t(t * hv + j)] + w.dt_bias[size_t(j)]));
+        const float decay =
+            std::exp(a_neg * softplus(a[size_t(t * hv + j)] + w.dt_bias[size_t(j)]));
         // S ← decay·S;  mem = Sᵀk;  δ = β(v − mem);  S ← S + k δᵀ;  o = Sᵀq.
         std::fill(mem.begin(), mem.end(), 0.f);
         for (int64_t i = 0; i < dk; ++i) {

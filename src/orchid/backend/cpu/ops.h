@@ -18,9 +18,15 @@ void matmul(const QuantMatrix& W, const float* X, int64_t n_rows_x, float* Y);
 // y = x / sqrt(mean(x²) + eps) * scale over rows of n; in place allowed.
 void rms_norm(const float* x, const float* scale, float eps, int64_t n, float* y);
 
-inline float silu(float x) { return x / (1.f + std::exp(-x)); }
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+inline float silu(float x) {
+  return x / (1.f + std::exp(-x));
+}
+inline float sigmoid(float x) {
+  return 1.f / (1.f + std::exp(-x));
+}
 // PyTorch's softplus (beta 1, threshold 20).
-inline float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+inline float softplus(float x) {
+  return x > 20.f ? x : std::log1p(std::exp(x));
+}
 
 }  // namespace orchid::cpu
