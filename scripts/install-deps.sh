@@ -9,7 +9,7 @@ packages=(
   clang libclang-rt-14-dev clang-format
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
   libpcre2-dev libutf8proc-dev
-  python3 python3-jinja2 nodejs npm
+  python3 python3-jinja2
 )
 
 sudo_cmd=""
@@ -19,6 +19,11 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# Node.js + npm run the reference tokenizer tests. Some machines carry a Node.js build that
+# bundles npm (and conflicts with Debian's npm package), so install them only when absent.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 
 if ((${#missing[@]})); then
   echo "install-deps: installing ${missing[*]}"
