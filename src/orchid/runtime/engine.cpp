@@ -1,0 +1,134 @@
+// Engine::generate: restore the longest cached prefix, prefill the rest (snapshotting at the
+// generation prompt), then sample → callback → decode until a stop id, the caller or the limit.
+#include "orchid/runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_map>
+
+namespace orchid {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Penalties on the logits before sampling. repetition (HF): divide positive / multiply
+// negative logits of every token seen; presence/frequency (OpenAI): subtract per output token.
+void apply_penalties(const GenerateRequest& req, std::span<const int32_t> output,
+                     std::vector<float>& logits) {
+  if (req.repetition_penalty != 1.f) {
+    std::vector<bool> seen(logits.size(), false);
+    for (int32_t id : req.prompt) seen[size_t(id)] = true;
+    for (int32_t id : output) seen[size_t(id)] = true;
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (seen[i])
+        logits[i] = logits[i] > 0 ? logits[i] / req.repetition_penalty
+                                  : logits[i] * req.repetition_penalty;
+  }
+  if (req.presence_penalty != 0.f || req.frequency_penalty != 0.f) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t id : output) ++counts[id];
+    for (auto [id, n] : counts)
+      logits[size_t(id)] -= req.presence_penalty + req.frequency_penalty * float(n);
+  }
+}
+
+// log-softmax value of `id` and the k most likely ids with theirs, over the logits sampled
+// from (penalties applied, temperature not).
+TokenEvent make_event(std::span<const float> logits, int32_t id, int k) {
+  TokenEvent ev;
+  ev.id = id;
+  if (k < 0) return ev;
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double(l - mx));
+  const float lse = mx + float(std::log(sum));
+  ev.logprob = logits[size_t(id)] - lse;
+  if (k > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] > logits[size_t(b)];
+    });
+    for (int i = 0; i < k; ++i) ev.top.push_back({ids[size_t(i)], logits[size_t(ids[size_t(i)])] - lse});
+  }
+  return ev;
+}
+
+}  // namespace
+
+Engine::Engine(Backend& backend, int64_t ctx, int64_t cache_bytes)
+    : backend_(backend), ctx_(ctx), cache_(cache_bytes) {}
+
+Status Engine::prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
+                              GenerateResult& res) {
+  if (!state_) {
+    auto st = backend_.new_state(ctx_);
+    if (!st) return st.error();
+    state_ = std::move(*st);
+    empty_ = backend_.snapshot(*state_);
+  }
+  std::span<const int32_t> prompt(req.prompt);
+  // At least the last prompt token is run: its logits choose the first output token.
+  int64_t done = cache_.restore_longest_prefix(backend_, *state_, prompt.first(prompt.size() - 1));
+  if (done == 0) ORCHID_TRY(backend_.restore(*state_, *empty_));
+  res.cached_tokens = done;
+  const int64_t cut = req.snapshot_at;
+  if (cut > done && cut < int64_t(prompt.size())) {
+    ORCHID_TRY(backend_.forward(*state_, prompt.subspan(size_t(done), size_t(cut - done)),
+                                LogitsMode::last, logits));
+    cache_.insert(prompt.first(size_t(cut)), backend_.snapshot(*state_));
+    done = cut;
+  }
+  return backend_.forward(*state_, prompt.subspan(size_t(done)), LogitsMode::last, logits);
+}
+
+Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
+                                          const std::function<bool(const TokenEvent&)>& on_token) {
+  GenerateResult res;
+  res.prompt_tokens = int64_t(req.prompt.size());
+  if (req.prompt.empty()) return err("the prompt is empty");
+  if (res.prompt_tokens + 1 > ctx_)
+    return err("the prompt has ", res.prompt_tokens, " tokens; the context holds ", ctx_);
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= backend_.n_vocab())
+      return err("prompt token id ", id, " is outside the vocabulary");
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  ORCHID_TRY(prefill_prompt(req, logits, res));
+  res.prefill_seconds = since(t0);
+
+  t0 = Clock::now();
+  Sampler sampler(req.sampler);
+  std::vector<int32_t> history = req.prompt, output;
+  res.finish_reason = "length";
+  const int max_new = int(std::min<int64_t>(req.max_tokens, ctx_ - res.prompt_tokens));
+  for (int i = 0; i < max_new; ++i) {
+    apply_penalties(req, output, logits);
+    const int32_t id = sampler.sample(logits);
+    if (std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end()) {
+      res.finish_reason = "stop";
+      break;
+    }
+    output.push_back(id);
+    history.push_back(id);
+    ++res.completion_tokens;
+    if (!on_token(make_event(logits, id, req.top_logprobs))) {
+      res.finish_reason = "stop";
+      break;
+    }
+    if (i + 1 == max_new) break;
+    ORCHID_TRY(backend_.forward(*state_, std::span<const int32_t>(&id, 1), LogitsMode::last, logits));
+  }
+  res.decode_seconds = since(t0);
+  // The state now holds history minus (possibly) the last sampled token, which was never
+  // fed back; keep a snapshot of exactly what it holds.
+  history.resize(size_t(state_->n_past()));
+  cache_.insert(history, backend_.snapshot(*state_));
+  return res;
+}
+
+}  // namespace orchid

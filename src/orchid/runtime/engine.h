@@ -1,0 +1,72 @@
+// The engine: one model, one live state, requests run one at a time. It owns the backend,
+// the multi-turn state cache and the decode loop with sampling, penalties and logprobs;
+// text (templates, stop strings, parsing) stays with the caller.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "orchid/backend/backend.h"
+#include "orchid/runtime/sampler.h"
+#include "orchid/runtime/state_cache.h"
+
+namespace orchid {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  // Token index where the prompt's last message ends and the generation prompt begins; a
+  // snapshot is kept there, so the next turn — which re-renders this turn's reply its own
+  // way — still reuses everything before it. 0: none.
+  int64_t snapshot_at = 0;
+  int max_tokens = 256;
+  SamplerParams sampler;
+  float repetition_penalty = 1.f;  // HF style: over prompt and output
+  float presence_penalty = 0.f;    // OpenAI style: over output
+  float frequency_penalty = 0.f;   // OpenAI style: over output
+  std::vector<int32_t> stop_ids;   // end of generation (not part of the output)
+  int top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token (+ this many)
+};
+
+struct TokenEvent {
+  int32_t id = 0;
+  float logprob = 0.f;                              // of the chosen token (raw model logits)
+  std::vector<std::pair<int32_t, float>> top;       // top_logprobs alternatives
+};
+
+struct GenerateResult {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;      // prompt tokens restored from the state cache
+  int64_t completion_tokens = 0;  // tokens passed to on_token (stop ids excluded)
+  std::string finish_reason;      // "stop" (stop id, or on_token asked to), "length"
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+class Engine {
+ public:
+  // PRECONDITION: backend outlives the engine. ctx: most tokens a request may hold.
+  Engine(Backend& backend, int64_t ctx, int64_t cache_bytes);
+
+  int64_t ctx() const { return ctx_; }
+  const StateCache& cache() const { return cache_; }
+
+  // Runs one request. on_token sees each generated token; returning false stops generation
+  // (finish_reason "stop"). A prompt that does not fit the context is an error, up front.
+  Expected<GenerateResult> generate(const GenerateRequest& req,
+                                    const std::function<bool(const TokenEvent&)>& on_token);
+
+ private:
+  Status prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
+                        GenerateResult& res);
+
+  Backend& backend_;
+  int64_t ctx_;
+  std::unique_ptr<BackendState> state_;
+  std::unique_ptr<StateSnapshot> empty_;  // the state before any token
+  StateCache cache_;
+};
+
+}  // namespace orchid

@@ -1,0 +1,60 @@
+// Scheduler: a mutex-guarded deque drained by one worker thread.
+#include "orchid/runtime/scheduler.h"
+
+namespace orchid {
+
+Scheduler::Scheduler(size_t max_queued) : max_queued_(max_queued) {
+  worker_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+bool Scheduler::submit(Job job) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || jobs_.size() >= max_queued_) return false;
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+size_t Scheduler::queued() const {
+  std::lock_guard lock(mu_);
+  return jobs_.size();
+}
+
+bool Scheduler::busy() const {
+  std::lock_guard lock(mu_);
+  return running_;
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (worker_.joinable()) worker_.join();
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    Job job;
+    bool cancelled;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping with nothing left
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      cancelled = stopping_;
+      running_ = true;
+    }
+    job(cancelled);
+    std::lock_guard lock(mu_);
+    running_ = false;
+  }
+}
+
+}  // namespace orchid

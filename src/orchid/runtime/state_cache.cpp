@@ -1,0 +1,55 @@
+// StateCache: longest-prefix lookup over a short LRU list (a handful of conversations).
+#include "orchid/runtime/state_cache.h"
+
+#include <algorithm>
+
+namespace orchid {
+
+void StateCache::insert(std::span<const int32_t> tokens, std::unique_ptr<StateSnapshot> snap) {
+  // A snapshot at the same length of the same history replaces the old one.
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (std::ranges::equal(it->tokens, tokens)) {
+      bytes_ -= it->snap->bytes();
+      entries_.erase(it);
+      break;
+    }
+  }
+  const int64_t b = snap->bytes();
+  if (b > max_bytes_) return;
+  evict_to(max_bytes_ - b);
+  entries_.push_front(Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(snap)});
+  bytes_ += b;
+}
+
+int64_t StateCache::restore_longest_prefix(Backend& backend, BackendState& state,
+                                           std::span<const int32_t> tokens) {
+  for (;;) {
+    auto best = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      const auto& t = it->tokens;
+      if (t.size() > tokens.size() || t.empty()) continue;
+      if (best != entries_.end() && t.size() <= best->tokens.size()) continue;
+      if (std::equal(t.begin(), t.end(), tokens.begin())) best = it;
+    }
+    if (best == entries_.end()) {
+      ++misses_;
+      return 0;
+    }
+    if (backend.restore(state, *best->snap).ok()) {
+      entries_.splice(entries_.begin(), entries_, best);  // most recently used
+      ++hits_;
+      return int64_t(entries_.front().tokens.size());
+    }
+    bytes_ -= best->snap->bytes();  // stale: its KV rows were rewritten since
+    entries_.erase(best);
+  }
+}
+
+void StateCache::evict_to(int64_t max_bytes) {
+  while (bytes_ > max_bytes && !entries_.empty()) {
+    bytes_ -= entries_.back().snap->bytes();
+    entries_.pop_back();
+  }
+}
+
+}  // namespace orchid
