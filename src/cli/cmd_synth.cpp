@@ -1,16 +1,52 @@
 // `orchid synth --config (tiny|qwen3.6-35b-a3b|FILE.json) --layout (hf|mlx4) -o DIR`: a random
 // checkpoint of real structure (peaked logits, distinct norms) for the demo, tests and benches.
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "orchid/model/synth.h"
+#include "orchid/tokenizer/chat_template.h"
+#include "orchid/tokenizer/tokenizer.h"
 
 namespace orchid::cli {
+namespace {
+
+Status write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) return err("cannot write ", path);
+  return {};
+}
+
+// Gives a synthetic checkpoint a real tokenizer: tokenizer.json (+ tokenizer_config.json)
+// copied from tok_dir, the built-in Qwen3.6 chat template, and Qwen3.6's sampling defaults
+// with the tokenizer's end-of-turn ids as stop tokens.
+Status add_tokenizer_files(const std::string& tok_dir, const Tokenizer& tok,
+                           const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::path src = fs::path(tok_dir) / name;
+    if (!fs::exists(src)) continue;
+    fs::copy_file(src, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) return err("cannot copy ", src.string(), ": ", ec.message());
+  }
+  ORCHID_TRY(write_text(out_dir + "/chat_template.jinja", ChatTemplate::builtin().source()));
+  nlohmann::json eos = nlohmann::json::array();
+  for (const char* t : {"<|im_end|>", "<|endoftext|>"})
+    if (auto id = tok.token_id(t)) eos.push_back(*id);
+  nlohmann::json gen = {{"do_sample", true}, {"temperature", 1.0}, {"top_p", 0.95},
+                        {"top_k", 20},       {"eos_token_id", eos}};
+  return write_text(out_dir + "/generation_config.json", gen.dump(2) + "\n");
+}
+
+}  // namespace
 
 void add_synth(CLI::App& app, int& exit_code) {
   struct Args {
-    std::string config, layout = "mlx4", out;
+    std::string config, layout = "mlx4", out, tokenizer;
     uint64_t seed = 0;
   };
   auto args = std::make_shared<Args>();
@@ -21,6 +57,8 @@ void add_synth(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"hf", "mlx4"}));
   cmd->add_option("-o,--out", args->out, "output directory")->required();
   cmd->add_option("--seed", args->seed, "random seed");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "directory with a tokenizer.json: copied in, vocabulary sized to match");
   cmd->callback([args, &exit_code] {
     ModelConfig cfg;
     if (auto b = builtin_config(args->config)) {
@@ -39,8 +77,16 @@ void add_synth(CLI::App& app, int& exit_code) {
       cfg.quant.reset();
       cfg.quant_overrides.clear();
     }
+    std::optional<Tokenizer> tok;
+    if (!args->tokenizer.empty()) {
+      auto t = Tokenizer::load(args->tokenizer + "/tokenizer.json");
+      if (!t) return void(exit_code = fail(t.message()));
+      cfg.n_vocab = t->vocab_size();
+      tok = std::move(*t);
+    }
     SynthLayout layout = args->layout == "hf" ? SynthLayout::hf : SynthLayout::mlx4;
     Status s = synth_checkpoint(cfg, layout, args->out, args->seed);
+    if (s.ok() && tok) s = add_tokenizer_files(args->tokenizer, *tok, args->out);
     if (!s) return void(exit_code = fail(s.message()));
   });
 }

@@ -16,6 +16,10 @@ void add_logits(CLI::App& app, int& exit_code);
 void add_generate(CLI::App& app, int& exit_code);
 void add_synth(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);
+void add_tokenize(CLI::App& app, int& exit_code);
+void add_template(CLI::App& app, int& exit_code);
+void add_run(CLI::App& app, int& exit_code);
+void add_chat(CLI::App& app, int& exit_code);
 
 // "1,2,3" → ids; an empty list or a non-integer entry is an error.
 Expected<std::vector<int32_t>> parse_token_list(const std::string& text);

@@ -1,4 +1,4 @@
-// orchid: command-line entry point (info | logits | generate | synth | bench).
+// orchid: command-line entry point; one subcommand per file in src/cli/cmd_*.cpp.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   orchid::cli::add_generate(app, exit_code);
   orchid::cli::add_synth(app, exit_code);
   orchid::cli::add_bench(app, exit_code);
+  orchid::cli::add_tokenize(app, exit_code);
+  orchid::cli::add_template(app, exit_code);
+  orchid::cli::add_run(app, exit_code);
+  orchid::cli::add_chat(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
