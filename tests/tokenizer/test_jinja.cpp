@@ -469,8 +469,8 @@ TEST(Jinja, LimitsAreErrorsNotCrashes) {
   for (int i = 0; i < 2000; ++i) deep_ifs += "{% if true %}";
   const char* huge[] = {
       "{{ 'x' * 100000000000 }}",
-      "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
-      "{% endfor %}{{ ns.s }}",
+      ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+       "{% endfor %}{{ ns.s }}"),
       "{{ [1] * 100000000000 }}",
       "{{ 9223372036854775807 + 1 }}",
       "{{ 2 ** 64 }}",
