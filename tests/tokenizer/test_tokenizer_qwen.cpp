@@ -41,7 +41,9 @@ double QwenTokenizer::load_seconds_ = 0;
 
 TEST_F(QwenTokenizer, LoadsQuickly) {
   std::printf("Qwen3 tokenizer.json (11 MB) loaded in %.0f ms\n", load_seconds_ * 1000);
+#if !defined(__SANITIZE_ADDRESS__)  // sanitizers slow loading ~20x: time only real builds
   EXPECT_LT(load_seconds_, 2.0);  // ~0.2 s on the dev machine; generous for loaded CI hosts
+#endif
   EXPECT_EQ(tok_->vocab_size(), 151669);
   EXPECT_STREQ(tok_->pretokenizer_engine(), "qwen2");
 }
