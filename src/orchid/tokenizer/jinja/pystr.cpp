@@ -1,5 +1,6 @@
 // Python str semantics over UTF-8 (see pystr.h).
 #include "orchid/tokenizer/jinja/pystr.h"
+#include "orchid/tokenizer/unicode.h"
 
 #include <algorithm>
 #include <charconv>
@@ -34,21 +35,7 @@ char32_t next_code_point(std::string_view s, size_t& pos) {
 }
 
 void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
+  unicode::append_utf8(uint32_t(cp), out);
 }
 
 std::vector<char32_t> code_points(std::string_view s) {
