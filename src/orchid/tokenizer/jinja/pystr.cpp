@@ -1,12 +1,13 @@
 // Python str semantics over UTF-8 (see pystr.h).
 #include "orchid/tokenizer/jinja/pystr.h"
-#include "orchid/tokenizer/unicode.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+
+#include "orchid/tokenizer/unicode.h"
 
 namespace orchid::jinja::py {
 
