@@ -20,6 +20,7 @@ void add_tokenize(CLI::App& app, int& exit_code);
 void add_template(CLI::App& app, int& exit_code);
 void add_run(CLI::App& app, int& exit_code);
 void add_chat(CLI::App& app, int& exit_code);
+void add_serve(CLI::App& app, int& exit_code);
 
 // "1,2,3" → ids; an empty list or a non-integer entry is an error.
 Expected<std::vector<int32_t>> parse_token_list(const std::string& text);

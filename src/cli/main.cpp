@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   orchid::cli::add_template(app, exit_code);
   orchid::cli::add_run(app, exit_code);
   orchid::cli::add_chat(app, exit_code);
+  orchid::cli::add_serve(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -9,15 +9,16 @@ void StateCache::insert(std::span<const int32_t> tokens, std::unique_ptr<StateSn
   // A snapshot at the same length of the same history replaces the old one.
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (std::ranges::equal(it->tokens, tokens)) {
-      bytes_ -= it->snap->bytes();
+      bytes_ -= it->bytes();
       entries_.erase(it);
       break;
     }
   }
-  const int64_t b = snap->bytes();
-  if (b > max_bytes_) return;
-  evict_to(max_bytes_ - b);
-  entries_.push_front(Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(snap)});
+  Entry e{std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(snap)};
+  const int64_t b = e.bytes();
+  if (b > max_bytes_ || max_entries_ == 0) return;
+  evict_to(max_bytes_ - b, max_entries_ - 1);
+  entries_.push_front(std::move(e));
   bytes_ += b;
 }
 
@@ -40,14 +41,14 @@ int64_t StateCache::restore_longest_prefix(Backend& backend, BackendState& state
       ++hits_;
       return int64_t(entries_.front().tokens.size());
     }
-    bytes_ -= best->snap->bytes();  // stale: its KV rows were rewritten since
+    bytes_ -= best->bytes();  // stale: its KV rows were rewritten since
     entries_.erase(best);
   }
 }
 
-void StateCache::evict_to(int64_t max_bytes) {
-  while (bytes_ > max_bytes && !entries_.empty()) {
-    bytes_ -= entries_.back().snap->bytes();
+void StateCache::evict_to(int64_t max_bytes, size_t max_entries) {
+  while ((bytes_ > max_bytes || entries_.size() > max_entries) && !entries_.empty()) {
+    bytes_ -= entries_.back().bytes();
     entries_.pop_back();
   }
 }

@@ -16,7 +16,10 @@ namespace orchid {
 
 class StateCache {
  public:
-  explicit StateCache(int64_t max_bytes) : max_bytes_(max_bytes) {}
+  // max_bytes bounds the snapshots and their token lists; max_entries bounds the number kept
+  // (each lookup scans them all).
+  explicit StateCache(int64_t max_bytes, size_t max_entries = 64)
+      : max_bytes_(max_bytes), max_entries_(max_entries) {}
 
   // Keeps a snapshot of the state after `tokens` (its whole history so far).
   void insert(std::span<const int32_t> tokens, std::unique_ptr<StateSnapshot> snap);
@@ -35,10 +38,12 @@ class StateCache {
   struct Entry {
     std::vector<int32_t> tokens;
     std::unique_ptr<StateSnapshot> snap;
+    int64_t bytes() const { return snap->bytes() + int64_t(tokens.size() * sizeof(int32_t)); }
   };
-  void evict_to(int64_t max_bytes);
+  void evict_to(int64_t max_bytes, size_t max_entries);
 
   int64_t max_bytes_;
+  size_t max_entries_;
   int64_t bytes_ = 0;
   int64_t hits_ = 0, misses_ = 0;
   std::list<Entry> entries_;  // most recently used first

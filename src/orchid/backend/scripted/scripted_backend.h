@@ -1,0 +1,46 @@
+// A test backend that replays scripted replies instead of running a model, so end-to-end
+// tests can drive reasoning, tool-call and stop paths deterministically through the real
+// engine, sampler and server. Its vocabulary is the tokenizer's; each reply is given as text
+// in a JSON file {"replies": ["...", ...]} and encoded with the model's tokenizer at load.
+//
+// The rule. Every forward's logits are 0 except SCRIPT_LOGIT (100) on the scripted next token,
+// so greedy decoding and sampling (any temperature up to 2, top-k/p, min-p, the usual
+// penalties) pick it. The next token is reply[r][m] while m < |reply r|, then `eos` forever:
+//  - r: Engine::generate restores exactly one snapshot (cached or empty) per request before
+//    its prefill, so each successful restore() starts a request: r = (requests begun - 1) mod n.
+//    Request i (0-based) thus gets reply i mod n.
+//  - m: how much of the reply the state has been fed back. A forward of one token that is the
+//    token just scripted is a decode step: m += 1. Any other forward (the prompt, in one or more
+//    chunks) sets m = 0: the reply starts right after the prompt, whatever the prompt ends with
+//    (a thinking prompt ends with "<think>\n", which the reasoning reply also starts with). A
+//    prompt chunk of exactly the one scripted token would be misread as a decode step; chat
+//    prompts end with a generation prompt of several tokens, so this does not happen there.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orchid/backend/backend.h"
+#include "orchid/util/status.h"
+
+namespace orchid {
+
+class Tokenizer;
+
+inline constexpr float kScriptLogit = 100.f;
+
+// Reads {"replies": ["text", ...]} (at least one reply, each a string). Errors name the file.
+Expected<std::vector<std::string>> load_script_replies(const std::string& path);
+
+// PRECONDITION: replies is not empty; every id (and eos) is in [0, n_vocab).
+std::unique_ptr<Backend> make_scripted_backend(int64_t n_vocab,
+                                               std::vector<std::vector<int32_t>> replies,
+                                               int32_t eos);
+
+// The script at `path` encoded with `tok`; the backend's vocabulary is the tokenizer's.
+Expected<std::unique_ptr<Backend>> load_scripted_backend(const std::string& path,
+                                                         const Tokenizer& tok, int32_t eos);
+
+}  // namespace orchid

@@ -1,0 +1,43 @@
+// One generation request as it passes from its HTTP connection to the scheduler's thread and
+// back: what to run, and the answer (SSE frames or a whole response) handed over under a lock.
+// Internal to src/orchid/server.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "orchid/runtime/engine.h"
+#include "orchid/server/http_server.h"
+#include "orchid/server/openai_response.h"
+#include "orchid/tokenizer/output_parser.h"
+
+namespace orchid::server {
+
+// An ApiError as an HTTP answer (503: Retry-After; 401: WWW-Authenticate).
+HttpResponse error_response(const ApiError& e);
+
+struct Job {
+  // Set by the handler before the job is queued; read-only afterwards.
+  GenerateRequest request;
+  std::vector<std::string> stop;
+  bool chat = true;
+  OutputParserOptions parser;  // chat only
+  ResponseOptions response;
+  std::chrono::steady_clock::time_point arrived;
+
+  // Set from the connection (client gone) or by shutdown; the engine stops at the next token.
+  std::atomic<bool> cancelled{false};
+
+  // The hand-over, guarded by mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string frames;   // streaming: SSE frames not yet written
+  HttpResponse answer;  // not streaming: the whole answer, once done
+  bool done = false;
+};
+
+}  // namespace orchid::server

@@ -1,0 +1,369 @@
+// Server: start-up checks, background loading, routing, authentication, and the endpoints
+// that need no generation (health, models, metrics, tokenize, detokenize, apply-template).
+#include "orchid/server/server.h"
+
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+
+#include "orchid/backend/cpu/cpu_backend.h"
+#include "orchid/backend/scripted/scripted_backend.h"
+#include "orchid/server/job.h"
+
+namespace orchid::server {
+namespace {
+
+namespace fs = std::filesystem;
+using OJson = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+HttpResponse json_response(int status, const OJson& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+// The error type OpenAI uses for a status.
+ApiError status_error(int status, std::string message) {
+  ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  switch (status) {
+    case 401:
+      e.type = "authentication_error", e.code = "invalid_api_key";
+      break;
+    case 404:
+      e.type = "invalid_request_error", e.code = "not_found";
+      break;
+    case 405:
+      e.type = "invalid_request_error", e.code = "method_not_allowed";
+      break;
+    case 413:
+      e.type = "invalid_request_error", e.code = "request_too_large";
+      break;
+    case 503:
+      e.type = "server_error", e.code = "overloaded";
+      break;
+    default:
+      e.type = status >= 500 ? "server_error" : "invalid_request_error";
+  }
+  return e;
+}
+
+// Compares without an early exit, so the time taken does not reveal the key's prefix.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned diff = unsigned(a.size() != b.size());
+  for (size_t i = 0; i < a.size(); ++i) diff |= unsigned(a[i]) ^ unsigned(i < b.size() ? b[i] : 0);
+  return diff == 0;
+}
+
+std::string dir_name(const std::string& dir) {
+  fs::path p(dir);
+  if (!p.has_filename()) p = p.parent_path();  // "models/tiny/" → "tiny"
+  std::string name = p.filename().string();
+  return name.empty() ? "orchid" : name;
+}
+
+}  // namespace
+
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r;
+  r.status = e.status;
+  r.body = error_body(e);
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
+  if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+Server::Server(ServerOptions opts)
+    : opts_(std::move(opts)),
+      http_(HttpServerOptions{
+          opts_.host, opts_.port, opts_.max_body_bytes,
+          std::clamp<size_t>(opts_.max_queue + 32, 32, 256),
+          [this](const HttpRequest& r) { return gate(r); },
+          [](int status, const std::string& msg) { return error_body(status_error(status, msg)); },
+          [this](std::string_view route, int status) {
+            metrics_.count_request(route.empty() ? "other" : route, status);
+          }}),
+      scheduler_(opts_.max_queue) {
+  model_name_ = opts_.model_name.empty() ? dir_name(opts_.model_dir) : opts_.model_name;
+  created_ = int64_t(std::time(nullptr));
+}
+
+Expected<std::unique_ptr<Server>> Server::create(ServerOptions opts) {
+  std::error_code ec;
+  if (!fs::is_directory(opts.model_dir, ec))
+    return err("model directory ", opts.model_dir, " does not exist or is not a directory");
+  if (!fs::exists(fs::path(opts.model_dir) / "tokenizer.json", ec))
+    return err(opts.model_dir, " has no tokenizer.json (the server needs the model's tokenizer)");
+  if (opts.backend == "scripted") {
+    if (opts.script.empty()) return err("--backend scripted needs --script FILE");
+    auto replies = load_script_replies(opts.script);
+    if (!replies) return replies.error();
+  } else if (opts.backend == "cpu") {
+    if (!fs::exists(fs::path(opts.model_dir) / "config.json", ec))
+      return err(opts.model_dir, " has no config.json");
+  } else {
+    return err("unknown backend '", opts.backend, "' (cpu or scripted)");
+  }
+  if (opts.ctx < 2) return err("--ctx must be at least 2");
+  return std::unique_ptr<Server>(new Server(std::move(opts)));
+}
+
+Server::~Server() {
+  shutdown();
+}
+
+Expected<int> Server::start() {
+  register_routes();
+  auto port = http_.bind();
+  if (!port) return port.error();
+  http_.start();
+  load_thread_ = std::thread([this] {
+    const auto t0 = Clock::now();
+    Status s = load();
+    {
+      std::lock_guard lock(mu_);
+      load_finished_ = true;
+      if (!s.ok()) load_error_ = s.message();
+    }
+    state_ = s.ok() ? LoadState::ready : LoadState::failed;
+    cv_.notify_all();
+    if (s.ok())
+      std::fprintf(stderr, "orchid: model %s loaded (%s backend, %.1f s)\n", model_name_.c_str(),
+                   opts_.backend.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
+  });
+  return port;
+}
+
+Status Server::load() {
+  const std::string& dir = opts_.model_dir;
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  if (!tok) return tok.error();
+  auto tmpl = ChatTemplate::load(dir);
+  if (!tmpl) return tmpl.error();
+  auto gen = load_generation_config(dir);
+  if (!gen) return gen.error();
+  stop_ids_ = gen->eos_token_ids;
+  if (stop_ids_.empty())
+    for (const char* t : {"<|im_end|>", "<|endoftext|>"})
+      if (auto id = tok->token_id(t)) stop_ids_.push_back(*id);
+  if (opts_.backend == "scripted") {
+    if (stop_ids_.empty())
+      return err(dir, ": no end-of-sequence id (generation_config.json eos_token_id)");
+    auto b = load_scripted_backend(opts_.script, *tok, stop_ids_.front());
+    if (!b) return b.error();
+    backend_ = std::move(*b);
+  } else {
+    LoadOptions lo;
+    lo.quantize_q4 = opts_.quantize_q4;
+    auto m = load_model(dir, lo);
+    if (!m) return m.error();
+    model_ = std::move(*m);
+    backend_ = make_cpu_backend(*model_);
+  }
+  if (backend_->n_vocab() < tok->vocab_size())
+    return err(dir, ": the model's vocabulary (", backend_->n_vocab(),
+               " ids) is smaller than the tokenizer's (", tok->vocab_size(), ")");
+  tok_ = std::move(*tok);
+  template_ = std::move(*tmpl);
+  gen_ = std::move(*gen);
+  engine_ = std::make_unique<Engine>(*backend_, opts_.ctx, opts_.state_cache_bytes);
+  return {};
+}
+
+Status Server::wait_loaded() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [this] { return load_finished_; });
+  if (!load_error_.empty()) return err(load_error_);
+  return {};
+}
+
+Status Server::wait_for_stop() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [this] { return stop_requested_ || !load_error_.empty(); });
+  if (!load_error_.empty()) return err(load_error_);
+  return {};
+}
+
+void Server::request_stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_requested_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Server::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  draining_ = true;
+  std::set<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard lock(mu_);
+    jobs = active_;
+  }
+  for (const auto& j : jobs) j->cancelled = true;
+  // Runs the queued jobs as cancelled (their answers are written) after the running one ends.
+  scheduler_.shutdown();
+  {
+    // Let the connections write what the jobs produced (final chunks, [DONE]).
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(3), [this] { return active_.empty(); });
+  }
+  http_.stop();
+  if (load_thread_.joinable()) load_thread_.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing and the simple endpoints.
+
+void Server::register_routes() {
+  http_.route("GET", "/health", [this](const HttpRequest&) { return handle_health(); });
+  http_.route("GET", "/v1/models", [this](const HttpRequest&) { return handle_models(); });
+  http_.route("GET", "/metrics", [this](const HttpRequest&) { return handle_metrics(); });
+  http_.route("POST", "/v1/chat/completions",
+              [this](const HttpRequest& r) { return handle_chat(r); });
+  http_.route("POST", "/v1/completions",
+              [this](const HttpRequest& r) { return handle_completion(r); });
+  http_.route("POST", "/tokenize", [this](const HttpRequest& r) { return handle_tokenize(r); });
+  http_.route("POST", "/detokenize", [this](const HttpRequest& r) { return handle_detokenize(r); });
+  http_.route("POST", "/apply-template",
+              [this](const HttpRequest& r) { return handle_apply_template(r); });
+}
+
+std::optional<HttpResponse> Server::gate(const HttpRequest& req) const {
+  if (opts_.api_key.empty() || req.path == "/health") return std::nullopt;
+  const std::string auth = req.header("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.empty())
+    return error_response(
+        status_error(401, "Missing API key: send the header 'Authorization: Bearer YOUR_KEY'"));
+  // The scheme is case-insensitive (RFC 9110), the key is not.
+  if (auth.size() < kBearer.size() ||
+      strncasecmp(auth.data(), kBearer.data(), kBearer.size()) != 0 ||
+      !same_secret(std::string_view(auth).substr(kBearer.size()), opts_.api_key))
+    return error_response(status_error(401, "Incorrect API key provided"));
+  return std::nullopt;
+}
+
+std::optional<HttpResponse> Server::not_ready() const {
+  switch (state_.load()) {
+    case LoadState::ready:
+      break;
+    case LoadState::loading:
+      return error_response(status_error(503, "the model is still loading"));
+    case LoadState::failed:
+      return error_response(status_error(503, "the model failed to load"));
+  }
+  if (draining_) return error_response(status_error(503, "the server is shutting down"));
+  return std::nullopt;
+}
+
+Expected<std::string> Server::render(const OJson& messages, const OJson& tools,
+                                     const ChatTemplateOptions& opts) const {
+  std::lock_guard lock(template_mu_);
+  return template_->render(messages, tools, opts);
+}
+
+HttpResponse Server::handle_health() const {
+  switch (state_.load()) {
+    case LoadState::loading:
+      return json_response(503, {{"status", "loading"}});
+    case LoadState::failed:
+      return json_response(503, {{"status", "error"}});
+    case LoadState::ready:
+      break;
+  }
+  if (draining_) return json_response(503, {{"status", "stopping"}});
+  return json_response(200, {{"status", "ok"}});
+}
+
+HttpResponse Server::handle_models() const {
+  OJson m = {{"id", model_name_},
+             {"object", "model"},
+             {"created", created_},
+             {"owned_by", "orchid"},
+             {"max_model_len", opts_.ctx}};
+  return json_response(200, {{"object", "list"}, {"data", OJson::array({m})}});
+}
+
+HttpResponse Server::handle_metrics() const {
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics_.render(scheduler_.queued(), scheduler_.busy(), state_ == LoadState::ready);
+  return r;
+}
+
+HttpResponse Server::handle_tokenize(const HttpRequest& req) const {
+  if (state_ != LoadState::ready) return *not_ready();
+  auto r = parse_tokenize_request(req.body);
+  if (!r) return error_response(r.error());
+  std::string text;
+  if (r->text) {
+    text = *r->text;
+  } else {
+    auto rendered = render(r->chat.messages, r->chat.tools, r->chat.options);
+    if (!rendered) return error_response(bad_request(rendered.message(), "messages"));
+    text = std::move(*rendered);
+  }
+  const std::vector<int32_t> ids = tok_->encode(text);
+  return json_response(200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", opts_.ctx}});
+}
+
+HttpResponse Server::handle_detokenize(const HttpRequest& req) const {
+  if (state_ != LoadState::ready) return *not_ready();
+  auto ids = parse_detokenize_request(req.body);
+  if (!ids) return error_response(ids.error());
+  auto text = tok_->decode(*ids);
+  if (!text) return error_response(bad_request(text.message(), "tokens"));
+  return json_response(200, {{"prompt", *text}, {"text", *text}});
+}
+
+HttpResponse Server::handle_apply_template(const HttpRequest& req) const {
+  if (state_ != LoadState::ready) return *not_ready();
+  auto r = parse_template_request(req.body);
+  if (!r) return error_response(r.error());
+  auto rendered = render(r->messages, r->tools, r->options);
+  if (!rendered) return error_response(bad_request(rendered.message(), "messages"));
+  return json_response(200, {{"prompt", *rendered}});
+}
+
+GenerateRequest Server::make_generate_request(std::vector<int32_t> prompt,
+                                              const SamplingOptions& s) const {
+  GenerateRequest r;
+  const int64_t room = opts_.ctx - int64_t(prompt.size());
+  r.prompt = std::move(prompt);
+  r.max_tokens = int(std::min<int64_t>(s.max_tokens.value_or(int(room)), room));
+  SamplerParams sp = gen_.sampler;
+  if (s.temperature) {
+    sp.temperature = *s.temperature;
+    sp.greedy = *s.temperature == 0.f;
+  }
+  if (s.top_p) sp.top_p = *s.top_p;
+  if (s.top_k) sp.top_k = std::max(0, *s.top_k);
+  if (s.min_p) sp.min_p = *s.min_p;
+  if (s.seed) {
+    sp.seed = *s.seed;
+  } else {
+    std::random_device rd;
+    sp.seed = (uint64_t(rd()) << 32) ^ rd();
+  }
+  r.sampler = sp;
+  r.repetition_penalty = s.repetition_penalty.value_or(gen_.repetition_penalty);
+  r.presence_penalty = s.presence_penalty.value_or(gen_.presence_penalty);
+  r.frequency_penalty = s.frequency_penalty.value_or(0.f);
+  r.stop_ids = stop_ids_;
+  r.top_logprobs = s.top_logprobs;
+  return r;
+}
+
+}  // namespace orchid::server
