@@ -8,9 +8,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "orchid/runtime/chat_assets.h"
 #include "orchid/runtime/engine.h"
-#include "orchid/runtime/generation_config.h"
-#include "orchid/tokenizer/chat_template.h"
 #include "orchid/tokenizer/output_parser.h"
 #include "orchid/tokenizer/tokenizer.h"
 
@@ -18,7 +17,9 @@ namespace orchid::cli {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted = true; }
+extern "C" void on_sigint(int) {
+  g_interrupted = true;
+}
 
 // Writes reasoning dimmed (on a terminal) and content plainly; collects both for the history.
 struct ReplyPrinter {
@@ -62,12 +63,11 @@ void add_chat(CLI::App& app, int& exit_code) {
   cmd->callback([args, &exit_code] {
     auto lm = open_model(args->model);
     if (!lm) return void(exit_code = fail(lm.message()));
-    auto tok = Tokenizer::load(args->model.dir + "/tokenizer.json");
-    if (!tok) return void(exit_code = fail(tok.message()));
-    auto tmpl = ChatTemplate::load(args->model.dir);
-    if (!tmpl) return void(exit_code = fail(tmpl.message()));
-    auto gen = load_generation_config(args->model.dir);
-    if (!gen) return void(exit_code = fail(gen.message()));
+    auto assets = load_chat_assets(args->model.dir);
+    if (!assets) return void(exit_code = fail(assets.message()));
+    const Tokenizer& tok = assets->tokenizer;
+    const ChatTemplate& tmpl = assets->chat_template;
+    const GenerationConfig& gen = assets->generation;
     Engine engine(*lm->backend, args->ctx, int64_t(256) << 20);
     std::signal(SIGINT, on_sigint);
 
@@ -100,27 +100,27 @@ void add_chat(CLI::App& app, int& exit_code) {
       ChatTemplateOptions topts;
       topts.enable_thinking = !args->no_thinking;
       topts.add_generation_prompt = false;
-      auto head = tmpl->render(turn, nullptr, topts);
+      auto head = tmpl.render(turn, nullptr, topts);
       topts.add_generation_prompt = true;
-      auto full = tmpl->render(turn, nullptr, topts);
+      auto full = tmpl.render(turn, nullptr, topts);
       if (!head || !full) {
         std::fprintf(stderr, "orchid: error: %s\n", (!head ? head : full).message().c_str());
         continue;
       }
       GenerateRequest req;
-      req.prompt = tok->encode(*full);
-      req.snapshot_at = int64_t(tok->encode(*head).size());
+      req.prompt = tok.encode(*full);
+      req.snapshot_at = int64_t(tok.encode(*head).size());
       req.max_tokens = args->max_tokens;
-      req.sampler = gen->sampler;
-      req.stop_ids = gen->eos_token_ids;
-      req.presence_penalty = gen->presence_penalty;
-      req.repetition_penalty = gen->repetition_penalty;
+      req.sampler = gen.sampler;
+      req.stop_ids = assets->stop_ids;
+      req.presence_penalty = gen.presence_penalty;
+      req.repetition_penalty = gen.repetition_penalty;
 
       OutputParserOptions popts;
       popts.thinking = !args->no_thinking;
       popts.parse_tool_calls = false;
       OutputParser parser(popts);
-      StreamingDetokenizer detok(*tok, /*skip_special=*/true);
+      StreamingDetokenizer detok(tok, /*skip_special=*/true);
       ReplyPrinter out;
       auto res = engine.generate(req, [&](const TokenEvent& ev) {
         if (g_interrupted) return false;

@@ -5,9 +5,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "orchid/runtime/chat_assets.h"
 #include "orchid/runtime/generate.h"
-#include "orchid/runtime/generation_config.h"
-#include "orchid/tokenizer/chat_template.h"
 #include "orchid/tokenizer/output_parser.h"
 #include "orchid/tokenizer/tokenizer.h"
 
@@ -55,7 +54,8 @@ void add_run(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("run", "answer one prompt, streaming the reply");
   add_model_options(cmd, args->model);
   cmd->add_option("-p,--prompt", args->prompt, "the user's message")->required();
-  cmd->add_option("-n,--max-tokens", args->n, "most tokens to generate")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-n,--max-tokens", args->n, "most tokens to generate")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--no-thinking", args->no_thinking, "render the prompt with thinking off");
   cmd->add_flag("--greedy", args->greedy, "argmax decoding instead of the model's defaults");
   cmd->add_option("--temperature", args->temperature, "sampling temperature");
@@ -63,21 +63,20 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->callback([args, &exit_code] {
     auto lm = open_model(args->model);
     if (!lm) return void(exit_code = fail(lm.message()));
-    auto tok = Tokenizer::load(args->model.dir + "/tokenizer.json");
-    if (!tok) return void(exit_code = fail(tok.message()));
-    auto tmpl = ChatTemplate::load(args->model.dir);
-    if (!tmpl) return void(exit_code = fail(tmpl.message()));
-    auto gen = load_generation_config(args->model.dir);
-    if (!gen) return void(exit_code = fail(gen.message()));
+    auto assets = load_chat_assets(args->model.dir);
+    if (!assets) return void(exit_code = fail(assets.message()));
+    const Tokenizer& tok = assets->tokenizer;
+    const ChatTemplate& tmpl = assets->chat_template;
+    const GenerationConfig& gen = assets->generation;
 
     ChatTemplateOptions topts;
     topts.enable_thinking = !args->no_thinking;
     nlohmann::ordered_json messages = {{{"role", "user"}, {"content", args->prompt}}};
-    auto prompt = tmpl->render(messages, nlohmann::ordered_json::array(), topts);
+    auto prompt = tmpl.render(messages, nlohmann::ordered_json::array(), topts);
     if (!prompt) return void(exit_code = fail(prompt.message()));
-    std::vector<int32_t> ids = tok->encode(*prompt);
+    std::vector<int32_t> ids = tok.encode(*prompt);
 
-    SamplerParams sp = gen->sampler;
+    SamplerParams sp = gen.sampler;
     if (args->greedy) sp.greedy = true;
     if (args->temperature) sp.temperature = *args->temperature, sp.greedy = *args->temperature <= 0;
     if (args->seed) sp.seed = *args->seed;
@@ -85,12 +84,11 @@ void add_run(CLI::App& app, int& exit_code) {
     popts.thinking = !args->no_thinking;
     popts.parse_tool_calls = false;
     OutputParser parser(popts);
-    StreamingDetokenizer detok(*tok, /*skip_special=*/true);
+    StreamingDetokenizer detok(tok, /*skip_special=*/true);
     StreamPrinter out;
     Status failure;
     auto on_token = [&](int32_t id) {
-      for (int32_t eos : gen->eos_token_ids)
-        if (id == eos) return false;
+      if (assets->is_stop(id)) return false;
       auto text = detok.push(id);
       if (!text) {
         failure = text.error();

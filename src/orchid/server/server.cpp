@@ -12,6 +12,7 @@
 
 #include "orchid/backend/cpu/cpu_backend.h"
 #include "orchid/backend/scripted/scripted_backend.h"
+#include "orchid/runtime/chat_assets.h"
 #include "orchid/server/job.h"
 
 namespace orchid::server {
@@ -143,20 +144,13 @@ Expected<int> Server::start() {
 
 Status Server::load() {
   const std::string& dir = opts_.model_dir;
-  auto tok = Tokenizer::load(dir + "/tokenizer.json");
-  if (!tok) return tok.error();
-  auto tmpl = ChatTemplate::load(dir);
-  if (!tmpl) return tmpl.error();
-  auto gen = load_generation_config(dir);
-  if (!gen) return gen.error();
-  stop_ids_ = gen->eos_token_ids;
-  if (stop_ids_.empty())
-    for (const char* t : {"<|im_end|>", "<|endoftext|>"})
-      if (auto id = tok->token_id(t)) stop_ids_.push_back(*id);
+  auto assets = load_chat_assets(dir);
+  if (!assets) return assets.error();
+  stop_ids_ = assets->stop_ids;
   if (opts_.backend == "scripted") {
     if (stop_ids_.empty())
       return err(dir, ": no end-of-sequence id (generation_config.json eos_token_id)");
-    auto b = load_scripted_backend(opts_.script, *tok, stop_ids_.front());
+    auto b = load_scripted_backend(opts_.script, assets->tokenizer, stop_ids_.front());
     if (!b) return b.error();
     backend_ = std::move(*b);
   } else {
@@ -167,12 +161,12 @@ Status Server::load() {
     model_ = std::move(*m);
     backend_ = make_cpu_backend(*model_);
   }
-  if (backend_->n_vocab() < tok->vocab_size())
+  if (backend_->n_vocab() < assets->tokenizer.vocab_size())
     return err(dir, ": the model's vocabulary (", backend_->n_vocab(),
-               " ids) is smaller than the tokenizer's (", tok->vocab_size(), ")");
-  tok_ = std::move(*tok);
-  template_ = std::move(*tmpl);
-  gen_ = std::move(*gen);
+               " ids) is smaller than the tokenizer's (", assets->tokenizer.vocab_size(), ")");
+  tok_ = std::move(assets->tokenizer);
+  template_ = std::move(assets->chat_template);
+  gen_ = std::move(assets->generation);
   engine_ = std::make_unique<Engine>(*backend_, opts_.ctx, opts_.state_cache_bytes);
   return {};
 }
