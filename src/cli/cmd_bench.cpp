@@ -8,8 +8,12 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "orchid/model/config.h"
 #include "orchid/runtime/sampler.h"
 #include "orchid/util/thread_pool.h"
+#ifdef ORCHID_HAVE_CUDA
+#include "orchid/backend/cuda/cuda_backend.h"
+#endif
 
 namespace orchid::cli {
 namespace {
@@ -45,12 +49,44 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// `--synthetic NAME`: full-size random weights made on the GPU; decode speed per context with
+// the per-kernel report and the switches' ablations.
+int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths, int tokens,
+                    const std::string& out) {
+#ifdef ORCHID_HAVE_CUDA
+  auto cfg = builtin_config(name);
+  if (!cfg) return fail("--synthetic: unknown config '" + name + "' (tiny, qwen3.6-35b-a3b)");
+  auto t0 = Clock::now();
+  auto be = make_cuda_synthetic_backend(*cfg, 1234);
+  if (!be) return fail(be.message());
+  std::printf("%s (made in %.1f s)\n", cuda_backend_summary(**be).c_str(), seconds_since(t0));
+  DecodeBenchOptions o;
+  o.contexts.assign(lengths.begin(), lengths.end());
+  o.tokens = tokens;
+  auto j = cuda_decode_bench(**be, o);
+  if (!j) return fail(j.message());
+  (*j)["what"] = "orchid bench decode --synthetic " + name;
+  (*j)["commit"] = run_command("git rev-parse HEAD 2>/dev/null");
+  (*j)["date"] = run_command("date -u +%Y-%m-%dT%H:%M:%SZ");
+  (*j)["backend"] = "cuda";
+  (*j)["model"] = "synthetic " + name + " (MLX affine 4-bit group 64, router 8-bit)";
+  if (out.empty()) return 0;
+  std::ofstream f(out);
+  f << j->dump(2) << "\n";
+  if (!f) return fail("cannot write " + out);
+  return 0;
+#else
+  (void)name, (void)lengths, (void)tokens, (void)out;
+  return fail("--synthetic needs the CUDA backend, which this build does not have");
+#endif
+}
+
 }  // namespace
 
 void add_bench(CLI::App& app, int& exit_code) {
   struct Args {
     ModelOptions model;
-    std::string what = "all", lengths = "256,512,1024", out;
+    std::string what = "all", lengths = "256,512,1024", out, synthetic;
     int decode_tokens = 32;
   };
   auto args = std::make_shared<Args>();
@@ -62,9 +98,16 @@ void add_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--decode-tokens", args->decode_tokens, "decode steps timed per context")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--out", args->out, "write the results as JSON here");
+  cmd->get_option("-m")->required(false);
+  cmd->add_option("--synthetic", args->synthetic,
+                  "decode on random full-size weights made on the GPU (e.g. qwen3.6-35b-a3b)");
   cmd->callback([args, &exit_code] {
     auto lengths = parse_token_list(args->lengths);
     if (!lengths) return void(exit_code = fail("--lengths: " + lengths.message()));
+    if (!args->synthetic.empty())
+      return void(exit_code =
+                      bench_synthetic(args->synthetic, *lengths, args->decode_tokens, args->out));
+    if (args->model.dir.empty()) return void(exit_code = fail("bench: -m DIR or --synthetic NAME"));
     auto lm = open_model(args->model);
     if (!lm) return void(exit_code = fail(lm.message()));
     Backend& be = *lm->backend;

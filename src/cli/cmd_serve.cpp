@@ -49,8 +49,10 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "memory for multi-turn state snapshots, MiB")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
       ->capture_default_str();
-  cmd->add_option("--backend", o.backend, "compute backend: cpu, or scripted (tests)")
-      ->check(CLI::IsMember({"cpu", "scripted"}))
+  cmd->add_option(
+         "--backend", o.backend,
+         "compute backend: auto (cuda when a GPU is usable), cpu, cuda, or scripted (tests)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "scripted"}))
       ->capture_default_str();
   cmd->add_option("--script", o.script, "scripted backend: JSON file {\"replies\": [\"...\"]}");
   cmd->add_option("--quantize", args->quantize, "quantize a bf16 checkpoint at load: q4")

@@ -40,7 +40,7 @@ namespace orchid::cli {
 struct ModelOptions {
   std::string dir;
   std::string quantize;  // "" or "q4"
-  std::string backend = "cpu";
+  std::string backend = "auto";
 };
 void add_model_options(CLI::App* cmd, ModelOptions& opts);
 

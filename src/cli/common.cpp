@@ -32,7 +32,9 @@ Expected<std::vector<int32_t>> parse_token_list(const std::string& text) {
 
 }  // namespace orchid::cli
 
-#include "orchid/backend/cpu/cpu_backend.h"
+#include <cstdio>
+
+#include "orchid/backend/select_backend.h"
 
 namespace orchid::cli {
 
@@ -41,7 +43,9 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts) {
       ->required();
   cmd->add_option("--quantize", opts.quantize, "quantize a bf16 checkpoint at load: q4")
       ->check(CLI::IsMember({"q4"}));
-  cmd->add_option("--backend", opts.backend, "compute backend")->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--backend", opts.backend,
+                  "compute backend: auto (cuda when a GPU is usable), cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
 Expected<LoadedModel> open_model(const ModelOptions& opts) {
@@ -51,7 +55,11 @@ Expected<LoadedModel> open_model(const ModelOptions& opts) {
   if (!m) return m.error();
   LoadedModel out;
   out.model = std::move(*m);
-  out.backend = make_cpu_backend(*out.model);
+  std::string note;
+  auto b = make_backend(opts.backend, *out.model, &note);
+  if (!b) return b.error();
+  if (!note.empty()) std::fprintf(stderr, "orchid: %s\n", note.c_str());
+  out.backend = std::move(*b);
   return out;
 }
 

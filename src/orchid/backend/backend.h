@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,13 @@ class StateSnapshot {
 
 enum class LogitsMode { last, all };
 
+// Decoding with the next token chosen on the device (see Backend::decode_on_device).
+struct DeviceDecodeOptions {
+  std::vector<int32_t> stop_ids;  // a chosen stop id ends decoding (not passed to on_token)
+  float temperature = 0.f;        // 0: greedy; > 0: sampling from softmax(logits / T)
+  uint64_t seed = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -47,6 +55,28 @@ class Backend {
                          std::vector<float>& logits, int64_t chunk = 0) = 0;
   virtual std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) = 0;
   virtual Status restore(BackendState& state, const StateSnapshot& snap) = 0;
+
+  // Backends that pick tokens on the device (no logits to the host between steps) say so.
+  virtual bool can_decode_on_device() const { return false; }
+  // Feeds `token`, then each id the device picks, for at most `max_new` picks; on_token sees
+  // the picks in order, and returning false ends decoding. Returns the tokens the state
+  // consumed, in order, starting with `token` (the device may have consumed a pick or two
+  // beyond the one that ended decoding; they are included).
+  virtual Expected<std::vector<int32_t>> decode_on_device(
+      BackendState& state, int32_t token, int max_new, const DeviceDecodeOptions& opts,
+      const std::function<bool(int32_t)>& on_token) {
+    return err(name(), " backend: no on-device decoding");
+  }
+  // Speed runs: makes the state hold n tokens of synthetic context (random KV and recurrent
+  // state) without computing them.
+  virtual Status fill_synthetic_context(BackendState& state, int64_t n, uint64_t seed) {
+    return err(name(), " backend: no synthetic contexts");
+  }
 };
+
+// The checks every backend's forward() makes before touching its state: a non-empty batch,
+// every id inside [0, n_vocab), and room for the tokens after n_past.
+Status check_forward_input(std::span<const int32_t> tokens, int64_t n_vocab, int64_t n_past,
+                           int64_t capacity);
 
 }  // namespace orchid

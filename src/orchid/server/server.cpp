@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <random>
 
-#include "orchid/backend/cpu/cpu_backend.h"
 #include "orchid/backend/scripted/scripted_backend.h"
+#include "orchid/backend/select_backend.h"
 #include "orchid/runtime/chat_assets.h"
 #include "orchid/server/job.h"
 
@@ -106,11 +106,11 @@ Expected<std::unique_ptr<Server>> Server::create(ServerOptions opts) {
     if (opts.script.empty()) return err("--backend scripted needs --script FILE");
     auto replies = load_script_replies(opts.script);
     if (!replies) return replies.error();
-  } else if (opts.backend == "cpu") {
+  } else if (opts.backend == "cpu" || opts.backend == "cuda" || opts.backend == "auto") {
     if (!fs::exists(fs::path(opts.model_dir) / "config.json", ec))
       return err(opts.model_dir, " has no config.json");
   } else {
-    return err("unknown backend '", opts.backend, "' (cpu or scripted)");
+    return err("unknown backend '", opts.backend, "' (auto, cpu, cuda or scripted)");
   }
   if (opts.ctx < 2) return err("--ctx must be at least 2");
   return std::unique_ptr<Server>(new Server(std::move(opts)));
@@ -137,7 +137,8 @@ Expected<int> Server::start() {
     cv_.notify_all();
     if (s.ok())
       std::fprintf(stderr, "orchid: model %s loaded (%s backend, %.1f s)\n", model_name_.c_str(),
-                   opts_.backend.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
+                   backend_->name().c_str(),
+                   std::chrono::duration<double>(Clock::now() - t0).count());
   });
   return port;
 }
@@ -159,7 +160,11 @@ Status Server::load() {
     auto m = load_model(dir, lo);
     if (!m) return m.error();
     model_ = std::move(*m);
-    backend_ = make_cpu_backend(*model_);
+    std::string note;
+    auto b = make_backend(opts_.backend, *model_, &note);
+    if (!b) return b.error();
+    if (!note.empty()) std::fprintf(stderr, "orchid: %s\n", note.c_str());
+    backend_ = std::move(*b);
   }
   if (backend_->n_vocab() < assets->tokenizer.vocab_size())
     return err(dir, ": the model's vocabulary (", backend_->n_vocab(),

@@ -41,10 +41,10 @@ struct ServerOptions {
   size_t max_queue = 16;  // requests waiting behind the running one
   size_t max_body_bytes = 8 << 20;  // larger bodies: 413
   int64_t state_cache_bytes = int64_t(1024) << 20;
-  std::string backend = "cpu";  // cpu | scripted
-  std::string script;           // scripted: {"replies": [...]}
-  bool quantize_q4 = false;     // quantize a bf16 checkpoint at load
-  std::string model_name;       // the id GET /v1/models lists; "": the directory's name
+  std::string backend = "auto";  // auto | cpu | cuda | scripted
+  std::string script;            // scripted: {"replies": [...]}
+  bool quantize_q4 = false;      // quantize a bf16 checkpoint at load
+  std::string model_name;        // the id GET /v1/models lists; "": the directory's name
   // Keeps a stream's body open this long after its last frame ([DONE]). A workaround for Node's
   // fetch (undici 6, under the openai npm client): a reader that goes on reading after
   // abort() once the whole body has arrived never settles (nodejs/undici#4089); with the body

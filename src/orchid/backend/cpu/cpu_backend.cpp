@@ -50,14 +50,7 @@ class CpuBackend final : public Backend {
                  std::vector<float>& logits, int64_t chunk) override {
     auto& st = static_cast<CpuState&>(state);
     const int64_t n = int64_t(tokens.size());
-    if (n == 0) return err("forward: no tokens");
-    for (size_t i = 0; i < tokens.size(); ++i)
-      if (tokens[i] < 0 || tokens[i] >= c_.n_vocab)
-        return err("token id ", tokens[i], " at index ", i, " is outside the vocabulary [0, ",
-                   c_.n_vocab, ")");
-    if (st.n_past_ + n > st.capacity_)
-      return err("context overflow: ", st.n_past_, " + ", n, " tokens exceed the state's ",
-                 st.capacity_);
+    ORCHID_TRY(check_forward_input(tokens, c_.n_vocab, st.n_past_, st.capacity_));
     reserve_kv(st, st.n_past_ + n);
     if (chunk <= 0) chunk = kDefaultChunk;
     const int64_t V = c_.n_vocab;

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds here (nvcc compiles the sm_90a kernels) and stages what the GPU machine needs in
+# .device/ (ignored by git; name it in the device tool's `carry`): the binaries and the shared
+# libraries that machine's image lacks. Then run scripts/device/run.sh there.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+scripts/build.sh default orchid orchid_cuda_tests
+rm -rf .device && mkdir -p .device/bin .device/lib
+cp build/orchid build/orchid_cuda_tests .device/bin/
+for lib in libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libbrotlidec.so.1 \
+           libbrotlienc.so.1 libbrotlicommon.so.1; do
+  cp -L "/lib/x86_64-linux-gnu/$lib" .device/lib/
+done
+du -sh .device

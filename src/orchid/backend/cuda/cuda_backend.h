@@ -1,0 +1,33 @@
+// The CUDA backend's public face: availability checks and factories. Plain C++.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "orchid/backend/backend.h"
+#include "orchid/model/config.h"
+#include "orchid/model/model.h"
+
+namespace orchid {
+
+// OK when a CUDA device of compute capability ≥ 8.0 is present; otherwise says why not.
+Status cuda_device_usable();
+// Uploads `model` (which must outlive nothing: the backend keeps its own device copy).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const Model& model);
+// Random weights of `config`'s shapes made on the device (benchmarks).
+Expected<std::unique_ptr<Backend>> make_cuda_synthetic_backend(const ModelConfig& config,
+                                                               uint64_t seed);
+struct DecodeBenchOptions {
+  std::vector<int64_t> contexts;  // tokens of (synthetic) context before decoding
+  int tokens = 64;                // decode steps timed per context
+  std::vector<int64_t> ablation_contexts = {4096, 32768};
+};
+// Decode speed of a CUDA backend at each context, per-kernel times at the ablation contexts
+// and each switch's matched ablation there; the JSON that bench/results keeps.
+Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOptions& opts);
+
+// One line describing the device and the model's footprint on it.
+std::string cuda_backend_summary(const Backend& backend);
+
+}  // namespace orchid

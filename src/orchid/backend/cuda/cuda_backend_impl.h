@@ -1,0 +1,128 @@
+// Internal to the CUDA backend (shared with its benchmark): the state, the backend class and
+// the per-step launch sequence.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "orchid/backend/backend.h"
+#include "orchid/backend/cuda/device_model.h"
+
+namespace orchid::cuda {
+
+// Run-time switches (environment), each enabling one optimisation so its effect can be measured
+// alone: ORCHID_CUDA_GRAPH=0 launches kernel by kernel; ORCHID_SPLIT_KV=0 keeps one KV range per
+// head; ORCHID_SPLIT_KV_KEYS=N sets the keys per range (default 128).
+struct Switches {
+  bool graph = true;
+  bool split_kv = true;
+  int keys_per_split = 128;
+  static Switches from_env();
+};
+
+struct CudaState final : BackendState {
+  int64_t n_past_ = 0, capacity_ = 0;
+  DeviceArena mem;
+  std::vector<uint16_t*> kc, vc;  // per layer: [capacity, n_head_kv, head_dim] bf16 (full)
+  std::vector<float*> ring, S;    // per layer: conv ring [conv_dim, K], state [hv, dk, dv]
+  float* rec_block = nullptr;     // all rings and states, contiguous (snapshots copy it)
+  int64_t rec_bytes = 0;
+  int* d_pos = nullptr;   // tokens consumed (the next token's position)
+  int* d_halt = nullptr;  // set by a chosen stop id: later steps do nothing
+  std::vector<int64_t> rewinds;
+
+  // A captured step; rebuilt when its key changes.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    std::string key;
+  };
+  Graph graphs[2];  // [0]: step without lm_head, [1]: with lm_head + argmax
+
+  ~CudaState() override;
+  int64_t n_past() const override { return n_past_; }
+  int64_t capacity() const override { return capacity_; }
+};
+
+struct CudaSnapshot final : StateSnapshot {
+  int64_t n_past_ = 0;
+  size_t rewinds_seen = 0;
+  DeviceArena mem;
+  float* rec = nullptr;
+  int64_t rec_bytes = 0;
+  int64_t n_past() const override { return n_past_; }
+  int64_t bytes() const override { return rec_bytes; }
+};
+
+// How the lm_head step picks its token.
+struct PickConfig {
+  bool want_logits = false;  // also write fp32 logits to the device buffer
+  int n_stop = 0;            // stop ids in the device buffer
+  float inv_temp = 0.f;
+  uint64_t seed = 0;
+};
+
+// One kernel launch's place in a profiled step.
+struct KernelTiming {
+  std::string name;
+  double ms = 0;
+  int64_t bytes = 0;  // weight + cache + state bytes the launch must move
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::unique_ptr<DeviceModel> dm);
+  ~CudaBackend() override;
+  Status init();
+
+  std::string name() const override { return "cuda"; }
+  int64_t n_vocab() const override { return c_.n_vocab; }
+  Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) override;
+  Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
+                 std::vector<float>& logits, int64_t chunk) override;
+  std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) override;
+  Status restore(BackendState& state, const StateSnapshot& snap) override;
+  bool can_decode_on_device() const override { return true; }
+  Expected<std::vector<int32_t>> decode_on_device(
+      BackendState& state, int32_t token, int max_new, const DeviceDecodeOptions& opts,
+      const std::function<bool(int32_t)>& on_token) override;
+  Status fill_synthetic_context(BackendState& state, int64_t n, uint64_t seed) override;
+
+  // Runs one decode step kernel by kernel with events between launches.
+  Expected<std::vector<KernelTiming>> profile_step(CudaState& st);
+  const DeviceModel& device_model() const { return *dm_; }
+  const Switches& switches() const { return sw_; }
+  Switches& switches() { return sw_; }
+  cudaStream_t stream() const { return stream_; }
+  int64_t state_bytes(int64_t tokens) const;
+
+ private:
+  struct Profiler;
+  int split_for(int64_t n_keys) const;
+  Status enqueue_step(CudaState& st, bool head, const PickConfig& pick, int n_split,
+                      Profiler* prof);
+  Status enqueue_gemv_group(GemvTask* tasks, int n, const float* x, int cols, const float* norm,
+                            const int* halt, Profiler* prof, const char* label);
+  Status run_step(CudaState& st, bool head, const PickConfig& pick);
+  Status sync(const char* what);
+
+  std::unique_ptr<DeviceModel> dm_;
+  const ModelConfig& c_;
+  Switches sw_;
+  cudaStream_t stream_ = nullptr;
+  DeviceArena scratch_;
+  // Scratch (one request at a time): activations and small buffers of one step.
+  float *h_ = nullptr, *qg_ = nullptr, *kbuf_ = nullptr, *vbuf_ = nullptr, *attn_ = nullptr;
+  float *qkv_ = nullptr, *z_ = nullptr, *bb_ = nullptr, *aa_ = nullptr, *gdn_ = nullptr;
+  float *moe_logits_ = nullptr, *sel_w_ = nullptr, *act_ = nullptr, *logits_ = nullptr;
+  float *partial_ = nullptr, *part_acc_ = nullptr, *part_ml_ = nullptr;
+  int act_stride_ = 0;  // floats per slot row of act_
+  int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;
+  unsigned* tickets_ = nullptr;  // last-block counters: [0] router, [1] lm_head
+  int* pinned_ = nullptr;        // host: two token slots + the position read-back
+  cudaEvent_t slot_ev_[2] = {nullptr, nullptr};
+  static constexpr int kMaxSplit = 256, kMaxStop = 64, kPromptChunk = 4096;
+};
+
+}  // namespace orchid::cuda

@@ -1,0 +1,76 @@
+// Device-side helpers shared by the kernels: launch checking, bf16 bits ↔ float, warp and
+// block reductions, a counter-based random hash.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "orchid/backend/cuda/kernels.h"
+
+namespace orchid::cuda {
+
+// Status of the launch just made on this thread.
+inline Status last_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return err(what, ": ", cudaGetErrorString(e));
+  return {};
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
+  return __uint_as_float(uint32_t(h) << 16);
+}
+// Round to nearest even (finite inputs).
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warp ? scratch[lane] : 0.f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.f + expf(-x));
+}
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.f / (1.f + expf(-x));
+}
+
+// 64-bit mix (splitmix64 finaliser): a counter-based generator, so every element is
+// independent of launch geometry.
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// Uniform in (0, 1).
+__device__ __forceinline__ float uniform01(uint64_t key) {
+  return (float(uint32_t(mix64(key) >> 40)) + 0.5f) * (1.f / 16777216.f);
+}
+
+}  // namespace orchid::cuda

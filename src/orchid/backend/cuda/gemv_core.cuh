@@ -1,0 +1,195 @@
+// The batch-1 matrix-vector building blocks shared by the GEMV and MoE kernels: dequantizing
+// dot products of one 16-byte weight unit, the RMSNorm prologue that stages x̂ in shared
+// memory, and a lane's slice of x̂ held in registers across all the rows it visits.
+//
+// Lane layout: a row is read by a sub-group of `lpr` lanes (32, or fewer for short rows);
+// lane `sl` of the sub-group reads units sl, sl + lpr, ..., so a warp's loads of one row are
+// contiguous 16-byte pieces. Each lane keeps the x̂ values of its units in registers (NI units
+// × unit_elems), so shared memory is read once per warp, not once per row.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "orchid/backend/cuda/device_common.cuh"
+
+namespace orchid::cuda {
+
+// 8 4-bit codes (element k in bits [4k, 4k+4)) · x[0..8). Each code pair becomes an fp16
+// 1024 + q (or 1024 + 16q) by OR-ing it into the mantissa, so the conversion is exact and
+// takes one logic op per two codes; products and sums stay fp32.
+__device__ __forceinline__ float dot_word_q4(uint32_t w, const float* x) {
+  const uint32_t kMagic = 0x64006400u;  // fp16 1024.0 in both halves
+  const uint32_t w2 = w >> 8;
+  uint32_t a = (w & 0x000f000fu) | kMagic;   // elements 0, 4
+  uint32_t b = (w & 0x00f000f0u) | kMagic;   // elements 1, 5 (times 16)
+  uint32_t c = (w2 & 0x000f000fu) | kMagic;  // elements 2, 6
+  uint32_t d = (w2 & 0x00f000f0u) | kMagic;  // elements 3, 7 (times 16)
+  const __half2 k1024 = __float2half2_rn(1024.f), k16th = __float2half2_rn(1.f / 16.f),
+                km64 = __float2half2_rn(-64.f);
+  const float2 fa = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&a), k1024));
+  const float2 fb = __half22float2(__hfma2(*reinterpret_cast<__half2*>(&b), k16th, km64));
+  const float2 fc = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&c), k1024));
+  const float2 fd = __half22float2(__hfma2(*reinterpret_cast<__half2*>(&d), k16th, km64));
+  float s0 = fa.x * x[0], s1 = fa.y * x[4];
+  s0 = fmaf(fb.x, x[1], s0);
+  s1 = fmaf(fb.y, x[5], s1);
+  s0 = fmaf(fc.x, x[2], s0);
+  s1 = fmaf(fc.y, x[6], s1);
+  s0 = fmaf(fd.x, x[3], s0);
+  s1 = fmaf(fd.y, x[7], s1);
+  return s0 + s1;
+}
+
+// 4 8-bit codes (element k in byte k) · x[0..4), the same fp16 trick with byte permutes.
+__device__ __forceinline__ float dot_word_q8(uint32_t w, const float* x) {
+  uint32_t a = __byte_perm(w, 0x64646464u, 0x4240);  // elements 0, 2
+  uint32_t b = __byte_perm(w, 0x64646464u, 0x4341);  // elements 1, 3
+  const __half2 k1024 = __float2half2_rn(1024.f);
+  const float2 fa = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&a), k1024));
+  const float2 fb = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&b), k1024));
+  return fmaf(fa.x, x[0], fmaf(fb.x, x[1], fmaf(fa.y, x[2], fb.y * x[3])));
+}
+
+__device__ __forceinline__ float dot_word_bf16(uint32_t w, const float* x) {
+  return fmaf(bf16_lo(w), x[0], bf16_hi(w) * x[1]);
+}
+
+// Σ codes·x over one 16-byte unit (for q4/q8 before scale and bias).
+template <DevFormat F>
+__device__ __forceinline__ float dot_unit(uint4 u, const float* x) {
+  constexpr int kw = unit_elems(F) / 4;  // elements per 32-bit word
+  float s;
+  if constexpr (F == DevFormat::q4) {
+    s = dot_word_q4(u.x, x) + dot_word_q4(u.y, x + kw);
+    s += dot_word_q4(u.z, x + 2 * kw) + dot_word_q4(u.w, x + 3 * kw);
+  } else if constexpr (F == DevFormat::q8) {
+    s = dot_word_q8(u.x, x) + dot_word_q8(u.y, x + kw);
+    s += dot_word_q8(u.z, x + 2 * kw) + dot_word_q8(u.w, x + 3 * kw);
+  } else {
+    s = dot_word_bf16(u.x, x) + dot_word_bf16(u.y, x + kw);
+    s += dot_word_bf16(u.z, x + 2 * kw) + dot_word_bf16(u.w, x + 3 * kw);
+  }
+  return s;
+}
+
+// A lane's slice of x̂: NI units of unit_elems values and their sums (for the bias term).
+template <DevFormat F, int NI>
+struct XSlice {
+  float v[NI][unit_elems(F)];
+  float sum[NI];
+
+  // From x̂ in memory (shared or global), zero beyond `units`.
+  __device__ __forceinline__ void load(const float* xs, int units, int sl, int lpr) {
+    constexpr int E = unit_elems(F);
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int u = sl + j * lpr;
+      sum[j] = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {
+        float4 f = u < units ? *reinterpret_cast<const float4*>(xs + u * E + e)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j][e] = f.x, v[j][e + 1] = f.y, v[j][e + 2] = f.z, v[j][e + 3] = f.w;
+        sum[j] += (f.x + f.y) + (f.z + f.w);
+      }
+    }
+  }
+};
+
+// What one lane reads of one row: NI 16-byte weight units and, for q4/q8, the (scale, bias)
+// pair of each. Both are loaded together so that one memory round trip serves the row.
+template <int NI>
+struct RowUnits {
+  uint4 w[NI];
+  uint32_t sb[NI];
+};
+
+// Loads this lane's units of `row` (zero past the row's end).
+template <DevFormat F, int NI>
+__device__ __forceinline__ void load_units(const DevMatrix& m, int64_t row, int sl, int lpr,
+                                           RowUnits<NI>& r) {
+  const uint4* base = static_cast<const uint4*>(m.w) + row * m.units;
+  const uint32_t* sb = nullptr;
+  if constexpr (F != DevFormat::bf16) sb = m.sb + row * (m.cols / m.group);
+#pragma unroll
+  for (int j = 0; j < NI; ++j) {
+    const int u = sl + j * lpr;
+    const bool ok = u < m.units;
+    r.w[j] = ok ? __ldg(base + u) : make_uint4(0u, 0u, 0u, 0u);
+    if constexpr (F != DevFormat::bf16)
+      r.sb[j] = ok ? __ldg(sb + (u * unit_elems(F)) / m.group) : 0u;
+  }
+}
+
+// This lane's part of W[row] · x̂ (sum over the sub-group gives the dot product).
+template <DevFormat F, int NI>
+__device__ __forceinline__ float partial_dot(const RowUnits<NI>& r, const XSlice<F, NI>& x) {
+  float acc = 0.f;
+#pragma unroll
+  for (int j = 0; j < NI; ++j) {
+    if constexpr (F == DevFormat::bf16) {
+      acc += dot_unit<F>(r.w[j], x.v[j]);
+    } else {
+      // Lanes past the row's end hold zero units and a zero (scale, bias): no contribution.
+      acc = fmaf(bf16_lo(r.sb[j]), dot_unit<F>(r.w[j], x.v[j]),
+                 fmaf(bf16_hi(r.sb[j]), x.sum[j], acc));
+    }
+  }
+  return acc;
+}
+
+// Sum over a sub-group of lpr lanes (lpr a power of two ≤ 32; `mask` = the sub-group's lanes).
+__device__ __forceinline__ float subgroup_sum(float v, int lpr, unsigned mask) {
+  for (int o = lpr >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
+  return v;
+}
+
+// Where this lane sits: sub-group `sub` of `subs` in its warp, lane `sl` of `lpr` in it.
+struct SubGroup {
+  int lpr, subs, sub, sl;
+  unsigned mask;  // the sub-group's lanes, for shuffles
+  __device__ __forceinline__ explicit SubGroup(int lanes_per_row) : lpr(lanes_per_row) {
+    const int lane = threadIdx.x & 31;
+    subs = 32 / lpr, sub = lane / lpr, sl = lane % lpr;
+    mask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (sub * lpr);
+  }
+};
+
+// Lanes per row for a row of `units` 16-byte units: 32, or the next power of two ≥ units.
+inline int lanes_per_row(int units) {
+  int l = 1;
+  while (l < units && l < 32) l <<= 1;
+  return l;
+}
+
+// Stages x̂ = x (· rsqrt(mean(x²) + eps) · norm when norm is given) as `padded` floats in
+// shared memory, zero past `cols`. Ends with a barrier.
+__device__ __forceinline__ void stage_x_hat(const float* x, int cols, int padded, const float* norm,
+                                            float eps, float* xs, float* scratch) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < padded; i += blockDim.x) {
+    const float v = i < cols ? x[i] : 0.f;
+    xs[i] = v;
+    ss += v * v;
+  }
+  if (norm) {
+    const float inv = rsqrtf(block_sum(ss, scratch) / float(cols) + eps);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) xs[i] *= inv * norm[i];
+  }
+  __syncthreads();
+}
+
+// The prologue of every GEMV-style kernel: x̂ staged in shared memory (`xs`, units·E floats),
+// then this lane's slice of it in registers.
+template <DevFormat F, int NI>
+__device__ __forceinline__ void stage_slice(const float* x, int cols, int units, const float* norm,
+                                            float eps, float* xs, float* scratch,
+                                            const SubGroup& sg, XSlice<F, NI>& out) {
+  stage_x_hat(x, cols, units * unit_elems(F), norm, eps, xs, scratch);
+  out.load(xs, units, sg.sl, sg.lpr);
+}
+
+// Multiprocessors of the current device (cached).
+int sm_count();
+
+}  // namespace orchid::cuda

@@ -1,0 +1,179 @@
+// The CUDA backend's kernels as seen from the host: the weight descriptor they read, one
+// parameter block per kernel family, and the launchers. Shared by the backend, the benchmark
+// and the kernel tests; plain C++ (no CUDA syntax) so that g++ can include it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "orchid/util/status.h"
+
+#ifdef __CUDACC__
+#define ORCHID_HOST_DEVICE __host__ __device__
+#else
+#define ORCHID_HOST_DEVICE
+#endif
+
+namespace orchid::cuda {
+
+// How a device matrix stores its elements. Every row is a whole number of 16-byte units.
+enum class DevFormat : uint8_t {
+  q4,    // MLX affine 4-bit: 32 elements per unit, element 8w+k in bits [4k,4k+4) of word w
+  q8,    // MLX affine 8-bit: 16 elements per unit
+  bf16,  // dense bf16: 8 elements per unit; rows zero-padded to whole units
+};
+
+// Elements one 16-byte unit holds.
+ORCHID_HOST_DEVICE constexpr int unit_elems(DevFormat f) {
+  return f == DevFormat::q4 ? 32 : f == DevFormat::q8 ? 16 : 8;
+}
+
+// A weight matrix W [rows, cols] in device memory; y = x · Wᵀ.
+struct DevMatrix {
+  const void* w = nullptr;       // [rows, units] 16-byte units
+  const uint32_t* sb = nullptr;  // q4/q8: [rows, cols / group] (scale, bias) as bf16 pairs
+  int rows = 0, cols = 0;
+  int units = 0;  // 16-byte units per row: ceil(cols / unit_elems)
+  int group = 0;  // q4/q8: elements per (scale, bias); a multiple of unit_elems
+  DevFormat fmt = DevFormat::bf16;
+};
+
+// ---- GEMV: y = W · x̂ for up to kMaxGemvTasks matrices that share the input x --------------
+
+constexpr int kMaxGemvTasks = 4;
+struct GemvTask {
+  DevMatrix m;
+  float* y = nullptr;          // [m.rows]
+  const float* add = nullptr;  // optional [m.rows] added to the product (the residual)
+};
+
+// What happens after the dot products.
+enum class GemvEpilogue : uint8_t {
+  store,   // y = W·x̂ (+ add)
+  route,   // MoE router: task 0 = router → logits [E], task 1 = shared-expert gate → logits[E];
+           // the last block picks the top-k, renormalises, and appends the shared slot
+  argmax,  // lm_head: y = logits (optional); the last block writes the chosen id
+};
+
+struct GemvParams {
+  GemvTask task[kMaxGemvTasks];
+  int n_task = 0;
+  const float* x = nullptr;  // [cols] fp32
+  int cols = 0;
+  const float* norm = nullptr;  // optional RMSNorm weight: x̂ = x · rsqrt(mean(x²) + eps) · norm
+  float eps = 1e-6f;
+  const int* halt = nullptr;  // optional device flag: nonzero → the kernel does nothing
+
+  GemvEpilogue epilogue = GemvEpilogue::store;
+  unsigned* ticket = nullptr;  // route/argmax: zeroed counter, reset by the last block
+  float* partial = nullptr;    // route/argmax scratch: [2 * blocks] (value, index as float bits)
+  // route
+  int n_expert = 0, top_k = 0;
+  int* sel = nullptr;      // [top_k + 1] expert ids; slot top_k = n_expert (shared expert)
+  float* sel_w = nullptr;  // [top_k + 1] weights; slot top_k = sigmoid(shared gate logit)
+  // argmax (greedy, or Gumbel-max sampling at temperature 1 / inv_temp when inv_temp > 0)
+  int* token = nullptr;  // receives the chosen id (the next step's input)
+  int* pos = nullptr;    // incremented by the last block: the step is complete
+  const int* stop_ids = nullptr;
+  int n_stop = 0;
+  int* stopped = nullptr;  // set when the chosen id is a stop id (halts later steps)
+  float inv_temp = 0.f;
+  uint64_t seed = 0;
+};
+// Blocks the launch uses (size `partial` as 2 × this).
+int gemv_blocks(const GemvParams& p);
+Status launch_gemv(const GemvParams& p, cudaStream_t s);
+
+// ---- MoE experts ----------------------------------------------------------------------------
+
+// One launch covers slots [slot_begin, slot_begin + n_slot) of the routing (top-k experts,
+// then the shared expert at slot top_k). Slot s uses stacked expert sel[s] - expert_base. When
+// the shared expert matches the routed ones it is stacked as expert n_expert and one launch
+// covers every slot; otherwise the shared expert is its own one-slot launch (expert_base E).
+struct MoeParams {
+  DevMatrix gate, up;  // [experts * n_ff, n_embd]
+  DevMatrix down;      // [experts * n_embd, n_ff]
+  int n_ff = 0, n_embd = 0, n_slot = 0;
+  int slot_begin = 0, expert_base = 0;
+  const float* x = nullptr;     // residual h [n_embd]
+  const float* norm = nullptr;  // post-attention RMSNorm weight
+  float eps = 1e-6f;
+  const int* sel = nullptr;      // [n_slot]
+  const float* sel_w = nullptr;  // [n_slot]
+  float* act = nullptr;          // [n_slot, n_ff] silu(gate) ⊙ up of this launch's slots
+  float* h = nullptr;            // residual, += Σ_s w_s · down_s(act_s)
+  const int* halt = nullptr;
+};
+Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s);
+Status launch_moe_down(const MoeParams& p, cudaStream_t s);
+
+// ---- Gated attention (decode) -----------------------------------------------------------------
+
+struct AttnParams {
+  float* qg = nullptr;              // [n_head, 2 * hd]: query | gate per head; q normed in place
+  const float* k = nullptr;         // [n_head_kv * hd] this token's K (before norm and RoPE)
+  const float* v = nullptr;         // [n_head_kv * hd]
+  const float* q_norm = nullptr;    // [hd]
+  const float* k_norm = nullptr;    // [hd]
+  const float* inv_freq = nullptr;  // [n_rot / 2]
+  float eps = 1e-6f;
+  int n_head = 0, n_head_kv = 0, hd = 0, n_rot = 0;
+  uint16_t* kc = nullptr;     // [capacity, n_head_kv, hd] bf16, post-RoPE
+  uint16_t* vc = nullptr;     // [capacity, n_head_kv, hd] bf16
+  const int* pos = nullptr;   // this token's position (device)
+  float* out = nullptr;       // [n_head * hd] attention ⊙ sigmoid(gate)
+  int n_split = 1;            // KV ranges per KV head; > 1 needs the two buffers below
+  float* part_acc = nullptr;  // [n_head_kv, n_split, group, hd]
+  float* part_ml = nullptr;   // [n_head_kv, n_split, group, 2] (max, sum)
+  const int* halt = nullptr;
+};
+// Largest GQA group and head size the attention kernel handles.
+constexpr int kMaxGqaGroup = 8, kMaxHeadDim = 256;
+Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s);
+// The attention kernel, then (n_split > 1) the kernel merging the ranges.
+Status launch_attention_decode(const AttnParams& p, cudaStream_t s);
+
+// ---- Gated DeltaNet (one token) -------------------------------------------------------------
+
+struct GdnParams {
+  const float* qkv = nullptr;      // [conv_dim] raw in_proj_qkv output
+  const float* z = nullptr;        // [hv * dv]
+  const float* b = nullptr;        // [hv]
+  const float* a = nullptr;        // [hv]
+  const float* conv_w = nullptr;   // [conv_dim, K]: tap K-1 multiplies the current token
+  float* conv_ring = nullptr;      // [conv_dim, K]: raw inputs, slot p % K holds position p
+  float* S = nullptr;              // [hv, dk, dv] recurrent state
+  const float* A_log = nullptr;    // [hv]
+  const float* dt_bias = nullptr;  // [hv]
+  const float* norm = nullptr;     // [dv] gated RMSNorm weight
+  const int* pos = nullptr;
+  int hk = 0, hv = 0, dk = 0, dv = 0, K = 0;
+  float eps = 1e-6f;
+  float* out = nullptr;  // [hv * dv]
+  const int* halt = nullptr;
+};
+constexpr int kMaxGdnHeadDim = 128;
+Status launch_gdn_step(const GdnParams& p, cudaStream_t s);
+
+// ---- small kernels ----------------------------------------------------------------------------
+
+// h = dequantized row `*token` of the embedding.
+Status launch_embed(const DevMatrix& embd, const int* token, float* h, int n_embd, const int* halt,
+                    cudaStream_t s);
+// ++*pos unless halted (the step's end when no lm_head runs).
+Status launch_advance(int* pos, const int* halt, cudaStream_t s);
+// Fills n 16-byte units (or n words) with seeded pseudo-random bits.
+Status launch_fill_random(void* dst, int64_t n_words, uint64_t seed, cudaStream_t s);
+// Fills n floats uniformly in [lo, hi); n bf16 values likewise.
+Status launch_fill_uniform_f32(float* dst, int64_t n, float lo, float hi, uint64_t seed,
+                               cudaStream_t s);
+Status launch_fill_uniform_bf16(uint16_t* dst, int64_t n, float lo, float hi, uint64_t seed,
+                                cudaStream_t s);
+// (scale, bias) pairs for synthetic q4/q8 weights: values in roughly ±amp.
+Status launch_fill_scale_bias(uint32_t* dst, int64_t n, float amp, int bits, uint64_t seed,
+                              cudaStream_t s);
+// Reads n bytes (a multiple of 16) and writes one word, for the read-bandwidth ceiling.
+Status launch_read_bandwidth(const void* src, int64_t bytes, unsigned* sink, cudaStream_t s);
+
+}  // namespace orchid::cuda

@@ -1,0 +1,154 @@
+// MoE experts for one token. gate_up: for every slot (top-k experts + the shared expert) and
+// intermediate row i, silu(gate_i · x̂) · (up_i · x̂), with the post-attention RMSNorm
+// recomputed in each block's prologue. down: for each output row, every slot's down row ·
+// its activation, weighted (routing weight or shared sigmoid gate) and added to the residual
+// in a fixed slot order (deterministic, no atomics).
+#include <algorithm>
+
+#include "orchid/backend/cuda/gemv_core.cuh"
+
+namespace orchid::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+template <DevFormat F, int NI>
+__global__ void __launch_bounds__(kThreads)
+    gate_up_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
+  if (p.halt && *p.halt) return;
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  __shared__ float scratch[32];
+  __shared__ int sel[32];  // stacked expert index of each slot of this launch
+  if (threadIdx.x < p.n_slot) sel[threadIdx.x] = p.sel[p.slot_begin + threadIdx.x] - p.expert_base;
+  const int warp = threadIdx.x >> 5;
+  const SubGroup sg(lpr);
+  const int subs = sg.subs, sub = sg.sub, sl = sg.sl;
+  const unsigned mask = sg.mask;
+  XSlice<F, NI> x;
+  stage_slice<F, NI>(p.x, p.n_embd, p.gate.units, p.norm, p.eps, xs, scratch, sg, x);
+  const int total = p.n_slot * p.n_ff;
+  const int stride = gridDim.x * kWarps * subs;
+  for (int r = (blockIdx.x * kWarps + warp) * subs + sub; r < total; r += stride) {
+    const int s = r / p.n_ff, i = r % p.n_ff;
+    const int64_t row = int64_t(sel[s]) * p.n_ff + i;
+    RowUnits<NI> wg, wu;
+    load_units<F, NI>(p.gate, row, sl, lpr, wg);
+    load_units<F, NI>(p.up, row, sl, lpr, wu);
+    float g = partial_dot<F, NI>(wg, x);
+    float u = partial_dot<F, NI>(wu, x);
+    g = subgroup_sum(g, lpr, mask);
+    u = subgroup_sum(u, lpr, mask);
+    if (sl == 0) p.act[s * act_stride + i] = silu(g) * u;
+  }
+}
+
+constexpr int kDownRows = 8;  // output rows per block
+
+// Block: one warp per slot of the launch. Each warp's sub-groups walk the block's rows for that
+// slot.
+template <DevFormat F, int NI>
+__global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
+  if (p.halt && *p.halt) return;
+  __shared__ float part[32][kDownRows];
+  const int w = threadIdx.x >> 5, slot = p.slot_begin + w;
+  const SubGroup sg(lpr);
+  const int subs = sg.subs, sub = sg.sub, sl = sg.sl;
+  const unsigned mask = sg.mask;
+  const int units = p.down.units;
+  XSlice<F, NI> x;
+  x.load(p.act + w * act_stride, units, sl, lpr);
+  const int r0 = blockIdx.x * kDownRows;
+  const int64_t base = int64_t(p.sel[slot] - p.expert_base) * p.n_embd;
+  // All of this sub-group's rows are loaded before any is reduced: one memory round trip.
+  RowUnits<NI> wv[kDownRows];
+#pragma unroll
+  for (int k = 0; k < kDownRows; ++k) {
+    const int kk = sub + k * subs;
+    if (kk < kDownRows && r0 + kk < p.n_embd)
+      load_units<F, NI>(p.down, base + r0 + kk, sl, lpr, wv[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kDownRows; ++k) {
+    const int kk = sub + k * subs;
+    if (kk >= kDownRows) break;
+    float acc = r0 + kk < p.n_embd ? partial_dot<F, NI>(wv[k], x) : 0.f;
+    acc = subgroup_sum(acc, lpr, mask);
+    if (sl == 0) part[w][kk] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < kDownRows && r0 + int(threadIdx.x) < p.n_embd) {
+    float sum = 0.f;
+    for (int s = 0; s < p.n_slot; ++s)
+      sum = fmaf(p.sel_w[p.slot_begin + s], part[s][threadIdx.x], sum);
+    p.h[r0 + threadIdx.x] += sum;
+  }
+}
+
+// Activation row stride: n_ff rounded up to the widest unit, so every slot's row is aligned.
+int act_stride_of(const MoeParams& p) {
+  return (p.n_ff + 31) / 32 * 32;
+}
+
+template <template <DevFormat, int> class Launch, DevFormat F>
+Status dispatch_ni(int ni, const MoeParams& p, int lpr, cudaStream_t s) {
+  if (ni <= 1) return Launch<F, 1>::run(p, lpr, s);
+  if (ni <= 2) return Launch<F, 2>::run(p, lpr, s);
+  if (ni <= 4) return Launch<F, 4>::run(p, lpr, s);
+  if constexpr (F != DevFormat::q4) {
+    if (ni <= 8) return Launch<F, 8>::run(p, lpr, s);
+  }
+  return err("moe: rows too long for the expert kernels");
+}
+
+template <template <DevFormat, int> class Launch>
+Status dispatch(const DevMatrix& m, const MoeParams& p, cudaStream_t s) {
+  const int lpr = lanes_per_row(m.units);
+  const int ni = (m.units + lpr - 1) / lpr;
+  switch (m.fmt) {
+    case DevFormat::q4:
+      return dispatch_ni<Launch, DevFormat::q4>(ni, p, lpr, s);
+    case DevFormat::q8:
+      return dispatch_ni<Launch, DevFormat::q8>(ni, p, lpr, s);
+    case DevFormat::bf16:
+      return dispatch_ni<Launch, DevFormat::bf16>(ni, p, lpr, s);
+  }
+  return err("moe: unknown format");
+}
+
+template <DevFormat F, int NI>
+struct GateUp {
+  static Status run(const MoeParams& p, int lpr, cudaStream_t s) {
+    const int units = p.gate.units, subs = 32 / lpr;
+    const int want = (p.n_slot * p.n_ff + kWarps * subs - 1) / (kWarps * subs);
+    const int blocks = std::max(1, std::min(want, sm_count() * 2));
+    const size_t smem = size_t(units) * unit_elems(F) * sizeof(float);
+    gate_up_kernel<F, NI><<<blocks, kThreads, smem, s>>>(p, lpr, act_stride_of(p));
+    return last_launch("moe gate/up");
+  }
+};
+
+template <DevFormat F, int NI>
+struct Down {
+  static Status run(const MoeParams& p, int lpr, cudaStream_t s) {
+    const int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
+    down_kernel<F, NI><<<blocks, 32 * p.n_slot, 0, s>>>(p, lpr, act_stride_of(p));
+    return last_launch("moe down");
+  }
+};
+
+}  // namespace
+
+Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s) {
+  if (p.gate.fmt != p.up.fmt || p.gate.units != p.up.units || p.gate.cols != p.n_embd)
+    return err("moe: gate and up must share format and shape");
+  return dispatch<GateUp>(p.gate, p, s);
+}
+
+Status launch_moe_down(const MoeParams& p, cudaStream_t s) {
+  if (p.n_slot < 1 || p.n_slot > 32) return err("moe: ", p.n_slot, " slots (at most 32)");
+  if (p.down.cols != p.n_ff) return err("moe: down has ", p.down.cols, " columns, not ", p.n_ff);
+  return dispatch<Down>(p.down, p, s);
+}
+
+}  // namespace orchid::cuda

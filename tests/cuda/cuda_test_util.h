@@ -1,0 +1,63 @@
+// Helpers for the CUDA tests: skip without a usable GPU, device buffers, random host data,
+// bf16 bits on the host.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "orchid/backend/cuda/cuda_backend.h"
+#include "orchid/util/bf16.h"
+
+namespace orchid::test {
+
+#define ORCHID_REQUIRE_GPU()                                                      \
+  do {                                                                            \
+    if (Status s_ = cuda_device_usable(); !s_.ok()) GTEST_SKIP() << s_.message(); \
+  } while (0)
+
+#define ORCHID_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+// A device copy of a host vector; poisoned (0xFF bytes: NaN for floats) when made empty.
+template <class T>
+class DevBuf {
+ public:
+  explicit DevBuf(const std::vector<T>& host) : n_(host.size()) {
+    cudaMalloc(reinterpret_cast<void**>(&p_), bytes());
+    cudaMemcpy(p_, host.data(), bytes(), cudaMemcpyHostToDevice);
+  }
+  explicit DevBuf(size_t n) : n_(n) {
+    cudaMalloc(reinterpret_cast<void**>(&p_), bytes());
+    cudaMemset(p_, 0xff, bytes());
+  }
+  ~DevBuf() { cudaFree(p_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  T* get() const { return p_; }
+  size_t bytes() const { return std::max<size_t>(n_, 1) * sizeof(T); }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+inline std::vector<float> random_floats(size_t n, float lo, float hi, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+inline uint32_t bf16_pair(float lo, float hi) {
+  return uint32_t(f32_to_bf16(lo)) | (uint32_t(f32_to_bf16(hi)) << 16);
+}
+
+}  // namespace orchid::test
