@@ -2,7 +2,9 @@
 # On the GPU machine (device tool), after scripts/device/pack.sh here: the CUDA kernel and
 # whole-model tests (ctest label cuda), then `orchid bench decode` on full-size synthetic
 # weights. Logs and JSON go to $OUT; a short table is printed last.
-#   usage: scripts/device/run.sh [tests|bench|all] [contexts]
+#   usage: scripts/device/run.sh [tests|bench|all|ncu] [contexts]
+#   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
+#        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -28,5 +30,33 @@ if [[ "$what" == bench || "$what" == all ]]; then
     --decode-tokens 64 --out "$out/bench-decode.json" 2>&1 | tee "$out/bench.log" || status=1
   kill "$smi" 2>/dev/null
   echo "SM clock (MHz) during the run: $(awk -F', ' 'NR > 1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -3 | tr '\n' ' ')"
+fi
+if [[ "$what" == ncu ]]; then
+  ctx="${contexts%%,*}"
+  ncu --clock-control none --graph-profiling node \
+    --kernel-name 'regex:gemv|gate_up|down_kernel|attention|gdn|qk_norm|embed' \
+    --launch-count 300 --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    "$bin/orchid" bench decode --synthetic qwen3.6-35b-a3b --lengths "$ctx" --decode-tokens 8 \
+    > "$out/ncu.csv" 2> "$out/ncu.err" || status=1
+  python3 - "$out/ncu.csv" <<'PY'
+import csv, sys, collections, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; rows = rows[1:]
+ki, mi, ui, vi = (head.index(k) for k in ("Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
+scale = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "byte": 1, "Kbyte": 1e3,
+         "Mbyte": 1e6, "Gbyte": 1e9}
+agg = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # launches, ns, bytes read, written
+for r in rows:
+    name = re.sub(r"\(.*", "", r[ki]).split("::")[-1][:40]
+    v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1)
+    if r[mi] == "gpu__time_duration.sum": agg[name][0] += 1; agg[name][1] += v
+    if r[mi] == "dram__bytes_read.sum": agg[name][2] += v
+    if r[mi] == "dram__bytes_write.sum": agg[name][3] += v
+tot = sum(v[1] for v in agg.values())
+print(f"{'kernel':40s} {'n':>4s} {'us total':>10s} {'us each':>8s} {'GB/s':>7s}")
+for k, v in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+    print(f"{k:40s} {v[0]:4d} {v[1]/1e3:10.1f} {v[1]/1e3/max(v[0],1):8.2f} {(v[2]+v[3])/max(v[1],1):7.1f}")
+print(f"sum of kernel times: {tot/1e3:.1f} us over {sum(v[0] for v in agg.values())} launches")
+PY
 fi
 exit $status

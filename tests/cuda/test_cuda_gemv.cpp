@@ -129,6 +129,22 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{DevFormat::bf16, 33, 288}, Shape{DevFormat::bf16, 9, 2048},
                       Shape{DevFormat::bf16, 5, 4096}, Shape{DevFormat::bf16, 17, 96}));
 
+// Large activations (|x| up to 3000, as outlier channels reach) keep the same relative bound.
+TEST(CudaGemv, Q4HandlesLargeActivations) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix a(DevFormat::q4, 64, 2048, rng);
+  DeviceMatrix da(a);
+  auto x = test::random_floats(2048, -3000.f, 3000.f, rng);
+  DevBuf<float> dx(x), dy(size_t(a.rows));
+  cuda::GemvParams p;
+  p.task[0] = {da.m, dy.get(), nullptr};
+  p.n_task = 1, p.x = dx.get(), p.cols = 2048;
+  ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+  ORCHID_CUDA_OK(cudaDeviceSynchronize());
+  expect_close(a, x_hat(x, nullptr, p.eps), dy.host(), nullptr, "large x");
+}
+
 TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());

@@ -12,6 +12,8 @@ namespace {
 
 // Block per head (q heads first, then KV heads), blockDim = hd rounded up to 32.
 __global__ void qk_norm_rope_kv_kernel(const __grid_constant__ AttnParams p) {
+  grid_dep_wait();
+  grid_dep_release();
   if (p.halt && *p.halt) return;
   __shared__ float buf[kMaxHeadDim];
   __shared__ float scratch[32];
@@ -46,9 +48,14 @@ __global__ void qk_norm_rope_kv_kernel(const __grid_constant__ AttnParams p) {
 
 constexpr int kAttnWarps = 4, kTile = 32;
 
-// 8 bf16 (one 16-byte load) → float.
-__device__ __forceinline__ void load8(const uint16_t* src, bool ok, float (&out)[8]) {
-  uint4 u = ok ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0u, 0u, 0u, 0u);
+constexpr int kBatch = 8;  // K or V rows in flight per lane
+
+// One lane's 16 bytes (8 bf16) of a cache row; zero for lanes past the head's dims.
+__device__ __forceinline__ uint4 load_row(const uint16_t* src, bool ok) {
+  return ok ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ void unpack8(uint4 u, float (&out)[8]) {
   out[0] = bf16_lo(u.x), out[1] = bf16_hi(u.x), out[2] = bf16_lo(u.y), out[3] = bf16_hi(u.y);
   out[4] = bf16_lo(u.z), out[5] = bf16_hi(u.z), out[6] = bf16_lo(u.w), out[7] = bf16_hi(u.w);
 }
@@ -56,6 +63,8 @@ __device__ __forceinline__ void load8(const uint16_t* src, bool ok, float (&out)
 template <int G>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const __grid_constant__ AttnParams p) {
+  grid_dep_wait();
+  grid_dep_release();
   if (p.halt && *p.halt) return;
   const int g = blockIdx.x, split = blockIdx.y, n_split = gridDim.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -86,23 +95,29 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
   for (int t = t_begin + warp; t < t_end; t += kAttnWarps) {
     const int j0 = t * kTile;
-    // Scores: lane kk ends up holding key j0+kk's score for every head.
+    // Scores: lane kk ends up holding key j0+kk's score for every head. Rows are loaded kBatch
+    // at a time before any is used (addresses clamped to the last key, results masked), so a
+    // tile costs kTile / kBatch memory round trips, not kTile.
     float mine[G];
 #pragma unroll
     for (int h = 0; h < G; ++h) mine[h] = -INFINITY;
-#pragma unroll 4
-    for (int kk = 0; kk < kTile; ++kk) {
-      const int j = j0 + kk;
-      if (j >= n_keys) break;
-      float k8[8];
-      load8(kbase + size_t(j) * row_stride, dim_ok, k8);
+    for (int kb = 0; kb < kTile; kb += kBatch) {
+      uint4 kr[kBatch];
 #pragma unroll
-      for (int h = 0; h < G; ++h) {
-        float s = 0.f;
+      for (int b = 0; b < kBatch; ++b)
+        kr[b] = load_row(kbase + size_t(min(j0 + kb + b, n_keys - 1)) * row_stride, dim_ok);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s = fmaf(q[h][e], k8[e], s);
-        s = warp_sum(s);
-        if (lane == kk) mine[h] = s;
+      for (int b = 0; b < kBatch; ++b) {
+        float k8[8];
+        unpack8(kr[b], k8);
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          float s = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s = fmaf(q[h][e], k8[e], s);
+          s = warp_sum(s);
+          if (lane == kb + b && j0 + kb + b < n_keys) mine[h] = s;
+        }
       }
     }
     // Online softmax over the tile.
@@ -111,23 +126,27 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     for (int h = 0; h < G; ++h) {
       const float m_new = fmaxf(m[h], warp_max(mine[h]));
       const float corr = expf(m[h] - m_new);
-      pr[h] = expf(mine[h] - m_new);
+      pr[h] = expf(mine[h] - m_new);  // 0 for lanes past the last key
       l[h] = l[h] * corr + warp_sum(pr[h]);
       m[h] = m_new;
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[h][e] *= corr;
     }
-#pragma unroll 4
-    for (int kk = 0; kk < kTile; ++kk) {
-      const int j = j0 + kk;
-      if (j >= n_keys) break;
-      float v8[8];
-      load8(vbase + size_t(j) * row_stride, dim_ok, v8);
+    for (int kb = 0; kb < kTile; kb += kBatch) {
+      uint4 vr[kBatch];
 #pragma unroll
-      for (int h = 0; h < G; ++h) {
-        const float ph = __shfl_sync(0xffffffffu, pr[h], kk);
+      for (int b = 0; b < kBatch; ++b)
+        vr[b] = load_row(vbase + size_t(min(j0 + kb + b, n_keys - 1)) * row_stride, dim_ok);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(ph, v8[e], acc[h][e]);
+      for (int b = 0; b < kBatch; ++b) {
+        float v8[8];
+        unpack8(vr[b], v8);
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          const float ph = __shfl_sync(0xffffffffu, pr[h], kb + b);  // 0 past the last key
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(ph, v8[e], acc[h][e]);
+        }
       }
     }
   }
@@ -168,24 +187,42 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 }
 
 // Merges the per-range partials of every (KV head, group head) and applies the output gate.
-// Grid: n_head_kv * group blocks; block: hd threads (one output dim each).
+// Grid: n_head_kv * group blocks; block: kCombineParts × hd threads — part q of each output dim
+// sums every kCombineParts-th range (branch-free, so loads stay in flight), then the parts are
+// added in shared memory.
+constexpr int kCombineParts = 4;
+
 __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, int group) {
+  grid_dep_wait();
+  grid_dep_release();
   if (p.halt && *p.halt) return;
-  const int g = blockIdx.x / group, h = blockIdx.x % group, d = threadIdx.x, hd = p.hd;
-  if (d >= hd) return;
-  const int n_split = p.n_split;
+  __shared__ float s_mx[32], s_ls[kCombineParts][kMaxHeadDim], s_a[kCombineParts][kMaxHeadDim];
+  const int g = blockIdx.x / group, h = blockIdx.x % group, hd = p.hd, n_split = p.n_split;
+  const int hd_r = blockDim.x / kCombineParts, d = threadIdx.x % hd_r, q = threadIdx.x / hd_r;
+  const float* ml = p.part_ml + (size_t(g) * n_split * group + h) * 2;  // range s at s·group·2
+  // Max over ranges, by the whole block.
   float mx = -INFINITY;
-  for (int s = 0; s < n_split; ++s)
-    mx = fmaxf(mx, p.part_ml[((size_t(g) * n_split + s) * group + h) * 2]);
+  for (int s = threadIdx.x; s < n_split; s += blockDim.x) mx = fmaxf(mx, ml[size_t(s) * group * 2]);
+  mx = warp_max(mx);
+  if ((threadIdx.x & 31) == 0) s_mx[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = -INFINITY;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, s_mx[w]);
   float ls = 0.f, a = 0.f;
-  for (int s = 0; s < n_split; ++s) {
-    const size_t slot = (size_t(g) * n_split + s) * group + h;
-    const float ms = p.part_ml[slot * 2];
-    if (ms == -INFINITY) continue;
-    const float f = expf(ms - mx);
-    ls = fmaf(p.part_ml[slot * 2 + 1], f, ls);
-    a = fmaf(p.part_acc[slot * hd + d], f, a);
+  if (d < hd) {
+#pragma unroll 8
+    for (int s = q; s < n_split; s += kCombineParts) {
+      const size_t slot = (size_t(g) * n_split + s) * group + h;
+      const float f = expf(ml[size_t(s) * group * 2] - mx);  // 0 for empty ranges (-inf)
+      ls = fmaf(ml[size_t(s) * group * 2 + 1], f, ls);
+      a = fmaf(p.part_acc[slot * hd + d], f, a);
+    }
   }
+  s_ls[q][d] = ls;
+  s_a[q][d] = a;
+  __syncthreads();
+  if (q != 0 || d >= hd) return;
+  for (int k = 1; k < kCombineParts; ++k) ls += s_ls[k][d], a += s_a[k][d];
   const int head = g * group + h;
   const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
   p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
@@ -193,11 +230,11 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
 
 template <int G>
 Status launch_g(const AttnParams& p, cudaStream_t s) {
-  attention_kernel<G><<<dim3(p.n_head_kv, p.n_split), kAttnWarps * 32, 0, s>>>(p);
-  ORCHID_TRY(last_launch("attention"));
+  ORCHID_TRY(launch("attention", attention_kernel<G>, dim3(p.n_head_kv, p.n_split),
+                    dim3(kAttnWarps * 32), 0, s, p));
   if (p.n_split == 1) return {};
-  attention_combine_kernel<<<p.n_head_kv * G, (p.hd + 31) / 32 * 32, 0, s>>>(p, G);
-  return last_launch("attention combine");
+  return launch("attention combine", attention_combine_kernel, dim3(p.n_head_kv * G),
+                dim3((p.hd + 31) / 32 * 32 * kCombineParts), 0, s, p, G);
 }
 
 }  // namespace
@@ -205,8 +242,8 @@ Status launch_g(const AttnParams& p, cudaStream_t s) {
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s) {
   if (p.hd > kMaxHeadDim || p.hd % 8 != 0) return err("attention: head_dim ", p.hd);
   const int threads = (p.hd + 31) / 32 * 32;
-  qk_norm_rope_kv_kernel<<<p.n_head + p.n_head_kv, threads, 0, s>>>(p);
-  return last_launch("qk norm + rope + kv write");
+  return launch("qk norm + rope + kv write", qk_norm_rope_kv_kernel, dim3(p.n_head + p.n_head_kv),
+                dim3(threads), 0, s, p);
 }
 
 Status launch_attention_decode(const AttnParams& p, cudaStream_t s) {

@@ -39,6 +39,7 @@ Switches Switches::from_env() {
   Switches s;
   s.graph = !env_off("ORCHID_CUDA_GRAPH");
   s.split_kv = !env_off("ORCHID_SPLIT_KV");
+  s.pdl = !env_off("ORCHID_PDL");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
   return s;
@@ -309,12 +310,13 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
 }
 
 Status CudaBackend::run_step(CudaState& st, bool head, const PickConfig& pick) {
+  set_pdl_enabled(sw_.pdl);
   const int n_split = split_for(st.n_past_ + 1);
   if (!sw_.graph) return enqueue_step(st, head, pick, n_split, nullptr);
   CudaState::Graph& g = st.graphs[head ? 1 : 0];
-  const std::string key = std::to_string(n_split) + "/" + std::to_string(pick.want_logits) + "/" +
-                          std::to_string(pick.n_stop) + "/" + std::to_string(pick.inv_temp) + "/" +
-                          std::to_string(pick.seed);
+  const std::string key = std::to_string(n_split) + "/" + std::to_string(sw_.pdl) + "/" +
+                          std::to_string(pick.want_logits) + "/" + std::to_string(pick.n_stop) +
+                          "/" + std::to_string(pick.inv_temp) + "/" + std::to_string(pick.seed);
   if (!g.exec || g.key != key) {
     if (g.exec) {
       ORCHID_TRY(sync("graph rebuild"));  // the old graph may still be running
@@ -485,6 +487,7 @@ Status CudaBackend::fill_synthetic_context(BackendState& state, int64_t n, uint6
 }
 
 Expected<std::vector<KernelTiming>> CudaBackend::profile_step(CudaState& st) {
+  set_pdl_enabled(sw_.pdl);
   Profiler prof(stream_);
   PickConfig pick;
   ORCHID_CUDA(cudaMemsetAsync(st.d_halt, 0, sizeof(int), stream_));

@@ -128,6 +128,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   const cuda::Switches base = be->switches();
   out["switches"] = {{"cuda_graph", base.graph},
                      {"split_kv", base.split_kv},
+                     {"pdl", base.pdl},
                      {"keys_per_split", base.keys_per_split}};
   nlohmann::json speed = nlohmann::json::object();
   std::printf("%10s %12s\n", "context", "decode tok/s");
@@ -157,12 +158,14 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                   k["pct_of_read_bw"].get<double>());
     // Matched ablations: one switch off at a time.
     nlohmann::json a = {{"all_on", 1e3 / p->step_ms}};
-    for (const char* sw : {"cuda_graph", "split_kv"}) {
+    for (const char* sw : {"cuda_graph", "split_kv", "pdl"}) {
       cuda::Switches s = base;
       if (std::string(sw) == "cuda_graph")
         s.graph = false;
-      else
+      else if (std::string(sw) == "split_kv")
         s.split_kv = false;
+      else
+        s.pdl = false;
       be->switches() = s;
       auto v = decode_speed(*be, n, opts.tokens);
       be->switches() = base;

@@ -12,6 +12,8 @@ constexpr int kQuarters = kThreads / kMaxGdnHeadDim;  // row groups × 128 colum
 constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
+  grid_dep_wait();
+  grid_dep_release();
   if (p.halt && *p.halt) return;
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kMaxGdnHeadDim];
   __shared__ float part[kQuarters][kMaxGdnHeadDim];
@@ -113,8 +115,7 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s) {
   if (p.dk > kMaxGdnHeadDim || p.dv > kMaxGdnHeadDim)
     return err("delta net: head dims ", p.dk, "/", p.dv, " exceed ", kMaxGdnHeadDim);
   if (p.hk <= 0 || p.hv % p.hk != 0) return err("delta net: ", p.hv, " value heads over ", p.hk);
-  gdn_step_kernel<<<p.hv, kThreads, 0, s>>>(p);
-  return last_launch("delta net step");
+  return launch("delta net step", gdn_step_kernel, dim3(p.hv), dim3(kThreads), 0, s, p);
 }
 
 }  // namespace orchid::cuda

@@ -5,10 +5,43 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "orchid/backend/cuda/kernels.h"
 
 namespace orchid::cuda {
+
+// Programmatic dependent launch (Hopper). A kernel launched through launch() may start while
+// the kernel before it in the stream is finishing. It must call grid_dep_wait() before reading
+// anything earlier kernels wrote and before writing anything; before the wait it may only read
+// weights. grid_dep_release() lets the next kernel start launching.
+__device__ __forceinline__ void grid_dep_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void grid_dep_release() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Launches `kernel` on `s`, with programmatic dependent launch when enabled.
+template <class... KernelParams, class... Args>
+Status launch(const char* what, void (*kernel)(KernelParams...), dim3 grid, dim3 block, size_t smem,
+              cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  if (pdl_enabled()) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+  }
+  if (cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+      e != cudaSuccess)
+    return err(what, ": ", cudaGetErrorString(e));
+  return {};
+}
+
+// Blocks of `kernel` (with `threads` threads, `smem` dynamic shared bytes) one SM holds at once.
+int resident_blocks(const void* kernel, int threads, size_t smem);
 
 // Status of the launch just made on this thread.
 inline Status last_launch(const char* what) {

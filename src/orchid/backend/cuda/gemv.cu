@@ -28,70 +28,57 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
-// MoE routing in one block: softmax over n_expert logits, top_k (ties to the lower id) by a
-// single warp, renormalised weights; slot top_k is the shared expert with its sigmoid gate.
+// MoE routing in one block: softmax over n_expert logits; each expert's rank (how many beat it:
+// higher probability, or equal with a lower id — the CPU's order) computed by every thread at
+// once, so the top_k need no serial rounds; renormalised weights; slot top_k is the shared
+// expert with its sigmoid gate.
 __device__ void route(const GemvParams& p) {
   const float* logits = p.task[0].y;
-  const int E = p.n_expert;
+  const int E = p.n_expert, k = p.top_k;
   __shared__ float prob[1024];
   __shared__ float scratch[32];
+  __shared__ float top_p[32];
+  __shared__ int top_e[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float mx = -INFINITY;
   for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, logits[e]);
-  // block max via the sum helper's pattern
-  {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    mx = warp_max(mx);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = mx;
-    __syncthreads();
-    mx = warp_max(lane < kWarps ? scratch[lane] : -INFINITY);
-  }
+  mx = warp_max(mx);
+  if (lane == 0) scratch[warp] = mx;
+  __syncthreads();
+  mx = warp_max(lane < kWarps ? scratch[lane] : -INFINITY);
   float sum = 0.f;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const float v = expf(logits[e] - mx);
     prob[e] = v;
     sum += v;
   }
-  sum = block_sum(sum, scratch);  // ends with all prob[] written (barrier inside)
+  sum = block_sum(sum, scratch);  // barrier inside: prob[] complete
+  for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] /= sum;
   __syncthreads();
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
-  const float inv = 1.f / sum;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const float v = prob[e];
+    int rank = 0;
+    for (int o = 0; o < E; ++o) {
+      const float w = prob[o];
+      rank += (w > v) || (w == v && o < e);
+    }
+    if (rank < k) top_p[rank] = v, top_e[rank] = e;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   float top_sum = 0.f;
-  float chosen_p[32];
-  int chosen_e[32];
-  for (int k = 0; k < p.top_k; ++k) {
-    float bv = -1.f;
-    int bi = 0x7fffffff;
-    for (int e = lane; e < E; e += 32) {
-      const float v = prob[e] * inv;
-      if (better(v, e, bv, bi)) bv = v, bi = e;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    if (lane == 0) prob[bi] = -1.f;  // taken
-    __syncwarp();
-    if (k < 32) chosen_p[k] = bv, chosen_e[k] = bi;
-    top_sum += bv;
+  for (int i = 0; i < k; ++i) top_sum += top_p[i];
+  for (int i = 0; i < k; ++i) {
+    p.sel[i] = top_e[i];
+    p.sel_w[i] = top_p[i] / top_sum;
   }
-  if (lane == 0) {
-    for (int k = 0; k < p.top_k && k < 32; ++k) {
-      p.sel[k] = chosen_e[k];
-      p.sel_w[k] = chosen_p[k] / top_sum;
-    }
-    p.sel[p.top_k] = E;
-    p.sel_w[p.top_k] = sigmoid(logits[E]);
-  }
+  p.sel[k] = E;
+  p.sel_w[k] = sigmoid(logits[E]);
 }
 
 template <DevFormat F, int NI>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
     gemv_kernel(const __grid_constant__ GemvParams p, int lpr) {
-  if (p.halt && *p.halt) return;
   constexpr int E = unit_elems(F);
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -101,8 +88,6 @@ __global__ void __launch_bounds__(kThreads)
   const SubGroup sg(lpr);
   const int subs = sg.subs, sub = sg.sub, sl = sg.sl;
   const unsigned mask = sg.mask;
-  XSlice<F, NI> x;
-  stage_slice<F, NI>(p.x, p.cols, units, p.norm, p.eps, xs, scratch, sg, x);
 
   int end[kMaxGemvTasks];
   int total = 0;
@@ -111,40 +96,59 @@ __global__ void __launch_bounds__(kThreads)
     if (t < p.n_task) total += p.task[t].m.rows;
     end[t] = total;
   }
-  const bool argmax = p.epilogue == GemvEpilogue::argmax;
-  float best_v = -INFINITY;
-  int best_i = 0x7fffffff;
-  uint64_t key_base = 0;
-  if (argmax && p.inv_temp > 0.f) key_base = p.seed * 0x9e3779b97f4a7c15ull + uint64_t(*p.pos);
-
   const int stride = gridDim.x * kWarps * subs;
-  // R rows per iteration so that all their loads are in flight before the math.
-  constexpr int R = NI <= 2 ? 4 : 2;
-  for (int r0 = (blockIdx.x * kWarps + warp) * subs + sub; r0 < total; r0 += R * stride) {
-    RowUnits<NI> wv[R];
+  // R rows per iteration, and the next iteration's rows loaded before this one's math, so that
+  // two iterations of loads are in flight per sub-group.
+  constexpr int R = NI <= 1 ? 4 : 2;
+  struct Batch {
+    RowUnits<NI> w[R];
     int task[R], row[R];
+  };
+  auto fetch = [&](int r0, Batch& b) {
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       const int rr = r0 + i * stride;
       int t = 0;
 #pragma unroll
       for (int q = 0; q < kMaxGemvTasks - 1; ++q) t += rr >= end[q];
-      task[i] = t;
-      row[i] = rr - (t ? end[t - 1] : 0);
-      if (rr < total) load_units<F, NI>(p.task[t].m, row[i], sl, lpr, wv[i]);
+      b.task[i] = t;
+      b.row[i] = rr - (t ? end[t - 1] : 0);
+      if (rr < total) load_units<F, NI>(p.task[t].m, b.row[i], sl, lpr, b.w[i]);
     }
+  };
+  // The first rows' weights are requested before waiting for the previous kernel (they do not
+  // depend on it), so that their latency overlaps its tail.
+  const int first = (blockIdx.x * kWarps + warp) * subs + sub;
+  Batch cur;
+  if (first < total) fetch(first, cur);
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  XSlice<F, NI> x;
+  stage_slice<F, NI>(p.x, p.cols, units, p.norm, p.eps, xs, scratch, sg, x);
+
+  const bool argmax = p.epilogue == GemvEpilogue::argmax;
+  float best_v = -INFINITY;
+  int best_i = 0x7fffffff;
+  uint64_t key_base = 0;
+  if (argmax && p.inv_temp > 0.f) key_base = p.seed * 0x9e3779b97f4a7c15ull + uint64_t(*p.pos);
+
+  for (int r0 = first; r0 < total; r0 += R * stride) {
+    Batch next;
+    if (r0 + R * stride < total) fetch(r0 + R * stride, next);
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       const int rr = r0 + i * stride;
       if (rr >= total) break;
-      const GemvTask& tk = p.task[task[i]];
-      float acc = partial_dot<F, NI>(wv[i], x);
+      const GemvTask& tk = p.task[cur.task[i]];
+      const int row = cur.row[i];
+      float acc = partial_dot<F, NI>(cur.w[i], x);
       acc = subgroup_sum(acc, lpr, mask);
       if (sl != 0) continue;
       if (!argmax) {
-        tk.y[row[i]] = tk.add ? tk.add[row[i]] + acc : acc;
+        tk.y[row] = tk.add ? tk.add[row] + acc : acc;
       } else {
-        if (tk.y) tk.y[row[i]] = acc;
+        if (tk.y) tk.y[row] = acc;
         float key = acc;
         if (p.inv_temp > 0.f) {
           const float u = uniform01(key_base ^ (uint64_t(rr) * 0xd1b54a32d192ed03ull));
@@ -153,6 +157,7 @@ __global__ void __launch_bounds__(kThreads)
         if (better(key, rr, best_v, best_i)) best_v = key, best_i = rr;
       }
     }
+    cur = next;
   }
   if (p.epilogue == GemvEpilogue::store) return;
 
@@ -213,9 +218,11 @@ int total_rows(const GemvParams& p) {
 template <DevFormat F, int NI>
 Status launch_ni(const GemvParams& p, int lpr, int blocks, cudaStream_t s) {
   const int units = (p.cols + unit_elems(F) - 1) / unit_elems(F);
-  const size_t smem = size_t(units) * unit_elems(F) * sizeof(float);
-  gemv_kernel<F, NI><<<blocks, kThreads, smem, s>>>(p, lpr);
-  return last_launch("gemv");
+  const size_t smem = x_hat_smem_bytes(F, units);
+  const int fit = sm_count() * resident_blocks(reinterpret_cast<const void*>(gemv_kernel<F, NI>),
+                                               kThreads, smem);
+  return launch("gemv", gemv_kernel<F, NI>, dim3(std::min(blocks, fit)), dim3(kThreads), smem, s, p,
+                lpr);
 }
 
 template <DevFormat F>

@@ -78,8 +78,8 @@ struct XSlice {
   float v[NI][unit_elems(F)];
   float sum[NI];
 
-  // From x̂ in memory (shared or global), zero beyond `units`.
-  __device__ __forceinline__ void load(const float* xs, int units, int sl, int lpr) {
+  // From x̂ in memory (shared or global; unit u at xs + u * stride), zero beyond `units`.
+  __device__ __forceinline__ void load(const float* xs, int units, int sl, int lpr, int stride) {
     constexpr int E = unit_elems(F);
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
@@ -87,7 +87,7 @@ struct XSlice {
       sum[j] = 0.f;
 #pragma unroll
       for (int e = 0; e < E; e += 4) {
-        float4 f = u < units ? *reinterpret_cast<const float4*>(xs + u * E + e)
+        float4 f = u < units ? *reinterpret_cast<const float4*>(xs + u * stride + e)
                              : make_float4(0.f, 0.f, 0.f, 0.f);
         v[j][e] = f.x, v[j][e + 1] = f.y, v[j][e + 2] = f.z, v[j][e + 3] = f.w;
         sum[j] += (f.x + f.y) + (f.z + f.w);
@@ -162,31 +162,45 @@ inline int lanes_per_row(int units) {
   return l;
 }
 
-// Stages x̂ = x (· rsqrt(mean(x²) + eps) · norm when norm is given) as `padded` floats in
-// shared memory, zero past `cols`. Ends with a barrier.
-__device__ __forceinline__ void stage_x_hat(const float* x, int cols, int padded, const float* norm,
-                                            float eps, float* xs, float* scratch) {
+// Floats per unit of x̂ in shared memory: 4 of padding per unit, so that the lanes of a warp
+// (one unit apart) read 16-byte pieces from distinct banks.
+__host__ __device__ constexpr int smem_unit_stride(int unit_elems) {
+  return unit_elems + 4;
+}
+
+// Stages x̂ = x (· rsqrt(mean(x²) + eps) · norm when norm is given) in shared memory, unit u at
+// xs + u · smem_unit_stride(E), zero past `cols`. Ends with a barrier.
+__device__ __forceinline__ void stage_x_hat(const float* x, int cols, int units, int E,
+                                            const float* norm, float eps, float* xs,
+                                            float* scratch) {
+  const int S = smem_unit_stride(E);
   float ss = 0.f;
-  for (int i = threadIdx.x; i < padded; i += blockDim.x) {
+  for (int i = threadIdx.x; i < units * E; i += blockDim.x) {
     const float v = i < cols ? x[i] : 0.f;
-    xs[i] = v;
+    xs[(i / E) * S + i % E] = v;
     ss += v * v;
   }
   if (norm) {
     const float inv = rsqrtf(block_sum(ss, scratch) / float(cols) + eps);
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) xs[i] *= inv * norm[i];
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) xs[(i / E) * S + i % E] *= inv * norm[i];
   }
   __syncthreads();
 }
 
-// The prologue of every GEMV-style kernel: x̂ staged in shared memory (`xs`, units·E floats),
-// then this lane's slice of it in registers.
+// The prologue of every GEMV-style kernel: x̂ staged in shared memory (`xs`), then this lane's
+// slice of it in registers.
 template <DevFormat F, int NI>
 __device__ __forceinline__ void stage_slice(const float* x, int cols, int units, const float* norm,
                                             float eps, float* xs, float* scratch,
                                             const SubGroup& sg, XSlice<F, NI>& out) {
-  stage_x_hat(x, cols, units * unit_elems(F), norm, eps, xs, scratch);
-  out.load(xs, units, sg.sl, sg.lpr);
+  constexpr int E = unit_elems(F);
+  stage_x_hat(x, cols, units, E, norm, eps, xs, scratch);
+  out.load(xs, units, sg.sl, sg.lpr, smem_unit_stride(E));
+}
+
+// Dynamic shared memory for x̂ of `units` units of format F.
+inline size_t x_hat_smem_bytes(DevFormat f, int units) {
+  return size_t(units) * smem_unit_stride(unit_elems(f)) * sizeof(float);
 }
 
 // Multiprocessors of the current device (cached).

@@ -81,7 +81,7 @@ struct GemvParams {
   float inv_temp = 0.f;
   uint64_t seed = 0;
 };
-// Blocks the launch uses (size `partial` as 2 × this).
+// At most this many blocks per launch (size `partial` as 2 × this).
 int gemv_blocks(const GemvParams& p);
 Status launch_gemv(const GemvParams& p, cudaStream_t s);
 
@@ -155,6 +155,11 @@ struct GdnParams {
 };
 constexpr int kMaxGdnHeadDim = 128;
 Status launch_gdn_step(const GdnParams& p, cudaStream_t s);
+
+// Whether decode kernels launch with programmatic dependent launch (default on; the backend
+// sets it from its switch). Process-wide.
+bool pdl_enabled();
+void set_pdl_enabled(bool on);
 
 // ---- small kernels ----------------------------------------------------------------------------
 

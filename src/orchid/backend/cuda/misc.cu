@@ -1,13 +1,44 @@
 // Small kernels: the embedding row gather, the step counter, seeded fills for synthetic
 // weights and contexts, and a streaming read for the bandwidth ceiling.
 #include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "orchid/backend/cuda/gemv_core.cuh"
 
 namespace orchid::cuda {
+
+namespace {
+std::atomic<bool> g_pdl{true};
+}  // namespace
+bool pdl_enabled() {
+  return g_pdl.load(std::memory_order_relaxed);
+}
+void set_pdl_enabled(bool on) {
+  g_pdl.store(on, std::memory_order_relaxed);
+}
+
+int resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, size_t>, int> cache;
+  std::lock_guard lock(mu);
+  auto key = std::make_tuple(kernel, threads, smem);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int n = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+    cudaGetLastError();
+    n = 1;
+  }
+  return cache[key] = std::max(n, 1);
+}
+
 namespace {
 
 __global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd, const int* halt) {
+  grid_dep_wait();
+  grid_dep_release();
   if (halt && *halt) return;
   const int64_t row = *token;
   const int E = unit_elems(m.fmt);
@@ -31,6 +62,8 @@ __global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd
 }
 
 __global__ void advance_kernel(int* pos, const int* halt) {
+  grid_dep_wait();
+  grid_dep_release();
   if (halt && *halt) return;
   ++*pos;
 }
@@ -86,13 +119,12 @@ int fill_blocks(int64_t n) {
 
 Status launch_embed(const DevMatrix& embd, const int* token, float* h, int n_embd, const int* halt,
                     cudaStream_t s) {
-  embed_kernel<<<(n_embd + 255) / 256, 256, 0, s>>>(embd, token, h, n_embd, halt);
-  return last_launch("embed");
+  return launch("embed", embed_kernel, dim3((n_embd + 255) / 256), dim3(256), 0, s, embd, token, h,
+                n_embd, halt);
 }
 
 Status launch_advance(int* pos, const int* halt, cudaStream_t s) {
-  advance_kernel<<<1, 1, 0, s>>>(pos, halt);
-  return last_launch("advance");
+  return launch("advance", advance_kernel, dim3(1), dim3(1), 0, s, pos, halt);
 }
 
 Status launch_fill_random(void* dst, int64_t n_words, uint64_t seed, cudaStream_t s) {

@@ -15,6 +15,8 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads)
     gate_up_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
+  grid_dep_wait();
+  grid_dep_release();
   if (p.halt && *p.halt) return;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -29,17 +31,24 @@ __global__ void __launch_bounds__(kThreads)
   stage_slice<F, NI>(p.x, p.n_embd, p.gate.units, p.norm, p.eps, xs, scratch, sg, x);
   const int total = p.n_slot * p.n_ff;
   const int stride = gridDim.x * kWarps * subs;
-  for (int r = (blockIdx.x * kWarps + warp) * subs + sub; r < total; r += stride) {
-    const int s = r / p.n_ff, i = r % p.n_ff;
-    const int64_t row = int64_t(sel[s]) * p.n_ff + i;
-    RowUnits<NI> wg, wu;
-    load_units<F, NI>(p.gate, row, sl, lpr, wg);
-    load_units<F, NI>(p.up, row, sl, lpr, wu);
+  // The next row pair's loads are issued before this one's math (two round trips in flight).
+  auto fetch = [&](int r, RowUnits<NI>& g, RowUnits<NI>& u) {
+    const int64_t row = int64_t(sel[r / p.n_ff]) * p.n_ff + r % p.n_ff;
+    load_units<F, NI>(p.gate, row, sl, lpr, g);
+    load_units<F, NI>(p.up, row, sl, lpr, u);
+  };
+  const int first = (blockIdx.x * kWarps + warp) * subs + sub;
+  RowUnits<NI> wg, wu;
+  if (first < total) fetch(first, wg, wu);
+  for (int r = first; r < total; r += stride) {
+    RowUnits<NI> ng, nu;
+    if (r + stride < total) fetch(r + stride, ng, nu);
     float g = partial_dot<F, NI>(wg, x);
     float u = partial_dot<F, NI>(wu, x);
     g = subgroup_sum(g, lpr, mask);
     u = subgroup_sum(u, lpr, mask);
-    if (sl == 0) p.act[s * act_stride + i] = silu(g) * u;
+    if (sl == 0) p.act[(r / p.n_ff) * act_stride + r % p.n_ff] = silu(g) * u;
+    wg = ng, wu = nu;
   }
 }
 
@@ -49,6 +58,8 @@ constexpr int kDownRows = 8;  // output rows per block
 // slot.
 template <DevFormat F, int NI>
 __global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
+  grid_dep_wait();
+  grid_dep_release();
   if (p.halt && *p.halt) return;
   __shared__ float part[32][kDownRows];
   const int w = threadIdx.x >> 5, slot = p.slot_begin + w;
@@ -57,7 +68,7 @@ __global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int ac
   const unsigned mask = sg.mask;
   const int units = p.down.units;
   XSlice<F, NI> x;
-  x.load(p.act + w * act_stride, units, sl, lpr);
+  x.load(p.act + w * act_stride, units, sl, lpr, unit_elems(F));
   const int r0 = blockIdx.x * kDownRows;
   const int64_t base = int64_t(p.sel[slot] - p.expert_base) * p.n_embd;
   // All of this sub-group's rows are loaded before any is reduced: one memory round trip.
@@ -121,10 +132,13 @@ struct GateUp {
   static Status run(const MoeParams& p, int lpr, cudaStream_t s) {
     const int units = p.gate.units, subs = 32 / lpr;
     const int want = (p.n_slot * p.n_ff + kWarps * subs - 1) / (kWarps * subs);
-    const int blocks = std::max(1, std::min(want, sm_count() * 2));
-    const size_t smem = size_t(units) * unit_elems(F) * sizeof(float);
-    gate_up_kernel<F, NI><<<blocks, kThreads, smem, s>>>(p, lpr, act_stride_of(p));
-    return last_launch("moe gate/up");
+    const size_t smem = x_hat_smem_bytes(F, units);
+    const int fit =
+        sm_count() *
+        resident_blocks(reinterpret_cast<const void*>(gate_up_kernel<F, NI>), kThreads, smem);
+    const int blocks = std::max(1, std::min(want, fit));
+    return launch("moe gate/up", gate_up_kernel<F, NI>, dim3(blocks), dim3(kThreads), smem, s, p,
+                  lpr, act_stride_of(p));
   }
 };
 
@@ -132,8 +146,8 @@ template <DevFormat F, int NI>
 struct Down {
   static Status run(const MoeParams& p, int lpr, cudaStream_t s) {
     const int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
-    down_kernel<F, NI><<<blocks, 32 * p.n_slot, 0, s>>>(p, lpr, act_stride_of(p));
-    return last_launch("moe down");
+    return launch("moe down", down_kernel<F, NI>, dim3(blocks), dim3(32 * p.n_slot), 0, s, p, lpr,
+                  act_stride_of(p));
   }
 };
 
