@@ -5,6 +5,8 @@
 #   usage: scripts/device/run.sh [tests|bench|all|ncu] [contexts]
 #   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
 #        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
+#   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
+#        of each kernel matching REGEX, as $OUT/ncu-detail.txt
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -58,5 +60,14 @@ for k, v in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{k:40s} {v[0]:4d} {v[1]/1e3:10.1f} {v[1]/1e3/max(v[0],1):8.2f} {(v[2]+v[3])/max(v[1],1):7.1f}")
 print(f"sum of kernel times: {tot/1e3:.1f} us over {sum(v[0] for v in agg.values())} launches")
 PY
+fi
+if [[ "$what" == ncu-detail ]]; then
+  ncu --clock-control none --graph-profiling node --kernel-name "regex:$contexts" \
+    --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section MemoryWorkloadAnalysis \
+    "$bin/orchid" bench decode --synthetic qwen3.6-35b-a3b --lengths 4096 --decode-tokens 8 \
+    > "$out/ncu-detail.txt" 2>&1 || status=1
+  grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued|Issued Warp|One or More|No Eligible|L2 Hit|Block Size|Grid Size" \
+    "$out/ncu-detail.txt" | head -120
 fi
 exit $status

@@ -10,6 +10,7 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kQuarters = kThreads / kMaxGdnHeadDim;  // row groups × 128 columns
 constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
+constexpr int kMaxConvK = 8;  // conv taps the kernel handles
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
   grid_dep_wait();
@@ -40,11 +41,17 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
     const float cur = p.qkv[ch];
     const float* taps = p.conv_w + size_t(ch) * K;
     const float* ring = p.conv_ring + size_t(ch) * K;
-    float sum = taps[K - 1] * cur;
-    for (int back = 1; back < K; ++back) {
-      const int slot = ((pos - back) % K + K) % K;
-      sum = fmaf(taps[K - 1 - back], pos - back >= 0 ? ring[slot] : 0.f, sum);
+    // All taps and ring entries are loaded before the sum (one round trip, not K).
+    float t[kMaxConvK], r[kMaxConvK];
+#pragma unroll
+    for (int back = 0; back < kMaxConvK; ++back) {
+      const bool ok = back < K && pos - back >= 0;
+      t[back] = back < K ? taps[K - 1 - back] : 0.f;
+      r[back] = back == 0 ? cur : ok ? ring[((pos - back) % K + K) % K] : 0.f;
     }
+    float sum = 0.f;
+#pragma unroll
+    for (int back = 0; back < kMaxConvK; ++back) sum = fmaf(t[back], r[back], sum);
     *dst = silu(sum);
     if (owner) p.conv_ring[size_t(ch) * K + pos % K] = cur;
   }
@@ -115,6 +122,7 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s) {
   if (p.dk > kMaxGdnHeadDim || p.dv > kMaxGdnHeadDim)
     return err("delta net: head dims ", p.dk, "/", p.dv, " exceed ", kMaxGdnHeadDim);
   if (p.hk <= 0 || p.hv % p.hk != 0) return err("delta net: ", p.hv, " value heads over ", p.hk);
+  if (p.K < 1 || p.K > kMaxConvK) return err("delta net: conv kernel of ", p.K, " taps");
   return launch("delta net step", gdn_step_kernel, dim3(p.hv), dim3(kThreads), 0, s, p);
 }
 
