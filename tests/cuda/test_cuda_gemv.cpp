@@ -171,24 +171,31 @@ TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
   EXPECT_EQ(stopped.host()[0], 0);
 }
 
-TEST(CudaGemv, RouterPicksTopKRenormalisesAndAddsTheSharedSlot) {
+// The router GEMV (router + shared-expert gate → E + 1 logits), then the expert gate/up launch
+// routing from them: top-k (ties to the lower id) renormalised, plus the shared slot.
+TEST(CudaRouting, GateUpPicksTopKRenormalisesAndAddsTheSharedSlot) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
   for (auto [E, k] : {std::pair{256, 8}, std::pair{5, 3}}) {
-    HostMatrix r(DevFormat::q8, E, 2048, rng), g(DevFormat::q8, 1, 2048, rng);
-    DeviceMatrix dr(r), dg(g);
+    const int H = 2048, ff = 32;
+    HostMatrix r(DevFormat::q8, E, H, rng), g(DevFormat::q8, 1, H, rng);
+    HostMatrix gate(DevFormat::bf16, (E + 1) * ff, H, rng),
+        up(DevFormat::bf16, (E + 1) * ff, H, rng);
+    DeviceMatrix dr(r), dg(g), dgate(gate), dup(up);
     // Small inputs keep the logits O(1), so no two probabilities underflow into a tie.
-    auto x = test::random_floats(2048, -0.05f, 0.05f, rng);
-    DevBuf<float> dx(x), logits(size_t(E + 1)), partial(2 * 4096), sel_w(size_t(k + 1));
-    DevBuf<unsigned> ticket(std::vector<unsigned>{0u});
+    auto x = test::random_floats(size_t(H), -0.05f, 0.05f, rng);
+    DevBuf<float> dx(x), logits(size_t(E + 1)), sel_w(size_t(k + 1)), act(size_t(k + 1) * ff);
     DevBuf<int> sel(size_t(k + 1));
     cuda::GemvParams p;
     p.task[0] = {dr.m, logits.get(), nullptr};
     p.task[1] = {dg.m, logits.get() + E, nullptr};
-    p.n_task = 2, p.x = dx.get(), p.cols = 2048, p.epilogue = cuda::GemvEpilogue::route;
-    p.ticket = ticket.get(), p.partial = partial.get(), p.n_expert = E, p.top_k = k;
-    p.sel = sel.get(), p.sel_w = sel_w.get();
+    p.n_task = 2, p.x = dx.get(), p.cols = H;
     ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    cuda::MoeParams m;
+    m.gate = dgate.m, m.up = dup.m, m.n_ff = ff, m.n_embd = H, m.n_slot = k + 1;
+    m.x = dx.get(), m.logits = logits.get(), m.n_expert = E, m.top_k = k;
+    m.sel = sel.get(), m.sel_w = sel_w.get(), m.act = act.get();
+    ASSERT_TRUE(cuda::launch_moe_gate_up(m, nullptr).ok());
     ORCHID_CUDA_OK(cudaDeviceSynchronize());
     auto l = logits.host();
     std::vector<double> prob(static_cast<size_t>(E));

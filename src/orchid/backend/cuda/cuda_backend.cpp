@@ -257,18 +257,18 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
       ORCHID_TRY(
           enqueue_gemv_group(&o, 1, gdn_, c_.lin_value_dim(), nullptr, halt, prof, "gdn out gemv"));
     }
-    GemvParams r;
+    GemvParams r;  // router and shared-expert gate logits; gate/up routes from them
     r.task[0] = {L.router, moe_logits_, nullptr};
     r.task[1] = {L.shared_gate, moe_logits_ + c_.n_expert, nullptr};
     r.n_task = 2, r.x = h_, r.cols = H, r.norm = L.post_norm, r.eps = c_.rms_norm_eps;
-    r.halt = halt, r.epilogue = GemvEpilogue::route, r.ticket = tickets_, r.partial = partial_;
-    r.n_expert = c_.n_expert, r.top_k = c_.n_expert_used, r.sel = sel_, r.sel_w = sel_w_;
+    r.halt = halt;
     ORCHID_TRY(launch_gemv(r, stream_));
-    if (prof) prof->mark("router+topk", matrix_bytes(L.router) + matrix_bytes(L.shared_gate));
+    if (prof) prof->mark("router", matrix_bytes(L.router) + matrix_bytes(L.shared_gate));
     MoeParams e;
     e.gate = L.gate, e.up = L.up, e.down = L.down;
     e.n_ff = c_.n_ff_exp, e.n_embd = H, e.n_slot = c_.n_expert_used + (L.shared_apart ? 0 : 1);
     e.x = h_, e.norm = L.post_norm, e.eps = c_.rms_norm_eps, e.sel = sel_, e.sel_w = sel_w_;
+    e.logits = moe_logits_, e.n_expert = c_.n_expert, e.top_k = c_.n_expert_used;
     e.act = act_, e.h = h_, e.halt = halt;
     const int64_t stacked = c_.n_expert + (L.shared_apart ? 0 : 1);
     // Both gate/up launches read the same normed h, so they run before either down launch.
@@ -277,6 +277,7 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
       sh.gate = L.sh_gate, sh.up = L.sh_up, sh.down = L.sh_down, sh.n_ff = c_.n_ff_shexp;
       sh.n_slot = 1, sh.slot_begin = c_.n_expert_used, sh.expert_base = c_.n_expert;
       sh.act = act_ + int64_t(c_.n_expert_used) * act_stride_;
+      sh.logits = nullptr;  // routed by the first launch
     }
     ORCHID_TRY(launch_moe_gate_up(e, stream_));
     if (prof)

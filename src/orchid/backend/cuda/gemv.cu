@@ -28,54 +28,6 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
-// MoE routing in one block: softmax over n_expert logits; each expert's rank (how many beat it:
-// higher probability, or equal with a lower id — the CPU's order) computed by every thread at
-// once, so the top_k need no serial rounds; renormalised weights; slot top_k is the shared
-// expert with its sigmoid gate.
-__device__ void route(const GemvParams& p) {
-  const float* logits = p.task[0].y;
-  const int E = p.n_expert, k = p.top_k;
-  __shared__ float prob[1024];
-  __shared__ float scratch[32];
-  __shared__ float top_p[32];
-  __shared__ int top_e[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float mx = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, logits[e]);
-  mx = warp_max(mx);
-  if (lane == 0) scratch[warp] = mx;
-  __syncthreads();
-  mx = warp_max(lane < kWarps ? scratch[lane] : -INFINITY);
-  float sum = 0.f;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const float v = expf(logits[e] - mx);
-    prob[e] = v;
-    sum += v;
-  }
-  sum = block_sum(sum, scratch);  // barrier inside: prob[] complete
-  for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] /= sum;
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const float v = prob[e];
-    int rank = 0;
-    for (int o = 0; o < E; ++o) {
-      const float w = prob[o];
-      rank += (w > v) || (w == v && o < e);
-    }
-    if (rank < k) top_p[rank] = v, top_e[rank] = e;
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  float top_sum = 0.f;
-  for (int i = 0; i < k; ++i) top_sum += top_p[i];
-  for (int i = 0; i < k; ++i) {
-    p.sel[i] = top_e[i];
-    p.sel_w[i] = top_p[i] / top_sum;
-  }
-  p.sel[k] = E;
-  p.sel_w[k] = sigmoid(logits[E]);
-}
-
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
     gemv_kernel(const __grid_constant__ GemvParams p, int lpr) {
@@ -184,9 +136,7 @@ __global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (p.epilogue == GemvEpilogue::route) {
-    route(p);
-  } else {
+  {
     float bv = -INFINITY;
     int bi = 0x7fffffff;
     for (int b = threadIdx.x; b < int(gridDim.x); b += kThreads) {
@@ -257,9 +207,6 @@ Status launch_gemv(const GemvParams& p, cudaStream_t s) {
     if (m.fmt != m0.fmt || m.cols != p.cols || m.units != m0.units)
       return err("gemv: the tasks of one launch must share format and columns");
   }
-  if (p.epilogue == GemvEpilogue::route && (p.n_task != 2 || p.n_expert > 1024 || p.top_k > 32 ||
-                                            p.task[1].y != p.task[0].y + p.n_expert))
-    return err("gemv: routing needs the router and shared-gate tasks with adjacent outputs");
   const int lpr = lanes_per_row(m0.units);
   const int ni = (m0.units + lpr - 1) / lpr;
   const int blocks = gemv_blocks(p);

@@ -51,8 +51,6 @@ struct GemvTask {
 // What happens after the dot products.
 enum class GemvEpilogue : uint8_t {
   store,   // y = W·x̂ (+ add)
-  route,   // MoE router: task 0 = router → logits [E], task 1 = shared-expert gate → logits[E];
-           // the last block picks the top-k, renormalises, and appends the shared slot
   argmax,  // lm_head: y = logits (optional); the last block writes the chosen id
 };
 
@@ -66,12 +64,8 @@ struct GemvParams {
   const int* halt = nullptr;  // optional device flag: nonzero → the kernel does nothing
 
   GemvEpilogue epilogue = GemvEpilogue::store;
-  unsigned* ticket = nullptr;  // route/argmax: zeroed counter, reset by the last block
-  float* partial = nullptr;    // route/argmax scratch: [2 * blocks] (value, index as float bits)
-  // route
-  int n_expert = 0, top_k = 0;
-  int* sel = nullptr;      // [top_k + 1] expert ids; slot top_k = n_expert (shared expert)
-  float* sel_w = nullptr;  // [top_k + 1] weights; slot top_k = sigmoid(shared gate logit)
+  unsigned* ticket = nullptr;  // argmax: zeroed counter, reset by the last block
+  float* partial = nullptr;    // argmax scratch: [2 * blocks] (value, index as float bits)
   // argmax (greedy, or Gumbel-max sampling at temperature 1 / inv_temp when inv_temp > 0)
   int* token = nullptr;  // receives the chosen id (the next step's input)
   int* pos = nullptr;    // incremented by the last block: the step is complete
@@ -99,10 +93,16 @@ struct MoeParams {
   const float* x = nullptr;     // residual h [n_embd]
   const float* norm = nullptr;  // post-attention RMSNorm weight
   float eps = 1e-6f;
-  const int* sel = nullptr;      // [n_slot]
-  const float* sel_w = nullptr;  // [n_slot]
-  float* act = nullptr;          // [n_slot, n_ff] silu(gate) ⊙ up of this launch's slots
-  float* h = nullptr;            // residual, += Σ_s w_s · down_s(act_s)
+  // Routing. With `logits` ([n_expert] router logits, then the shared-expert gate's) the
+  // gate/up launch routes in every block's prologue — softmax, top_k (ties to the lower id),
+  // renormalised weights, slot top_k = shared expert (id n_expert) with its sigmoid gate — and
+  // block 0 publishes sel / sel_w for the down launch. Without, sel / sel_w are inputs.
+  const float* logits = nullptr;
+  int n_expert = 0, top_k = 0;
+  int* sel = nullptr;      // [top_k + 1]
+  float* sel_w = nullptr;  // [top_k + 1]
+  float* act = nullptr;    // [n_slot, n_ff] silu(gate) ⊙ up of this launch's slots
+  float* h = nullptr;      // residual, += Σ_s w_s · down_s(act_s)
   const int* halt = nullptr;
 };
 Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s);

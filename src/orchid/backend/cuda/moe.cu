@@ -12,6 +12,53 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
+// MoE routing by one block (blockDim ≥ 32): softmax over n_expert logits; each expert's rank
+// (how many beat it: higher probability, or equal with a lower id — the CPU's order) computed by
+// all threads at once, so the top_k need no serial rounds; renormalised weights; slot top_k is
+// the shared expert (id n_expert) with its sigmoid gate. Results in shared memory (sel, w).
+// Ends with a barrier.
+__device__ void route_block(const MoeParams& p, int* sel, float* w) {
+  const float* logits = p.logits;
+  const int E = p.n_expert, k = p.top_k;
+  __shared__ float prob[1024];
+  __shared__ float scratch[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
+  float mx = -INFINITY;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, logits[e]);
+  mx = warp_max(mx);
+  if (lane == 0) scratch[warp] = mx;
+  __syncthreads();
+  mx = warp_max(lane < n_warp ? scratch[lane] : -INFINITY);
+  float sum = 0.f;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const float v = expf(logits[e] - mx);
+    prob[e] = v;
+    sum += v;
+  }
+  sum = block_sum(sum, scratch);  // barrier inside: prob[] complete
+  for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] /= sum;
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const float v = prob[e];
+    int rank = 0;
+#pragma unroll 8
+    for (int o = 0; o < E; ++o) {
+      const float u = prob[o];
+      rank += (u > v) || (u == v && o < e);
+    }
+    if (rank < k) w[rank] = v, sel[rank] = e;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float top_sum = 0.f;
+    for (int i = 0; i < k; ++i) top_sum += w[i];
+    for (int i = 0; i < k; ++i) w[i] /= top_sum;
+    sel[k] = E;
+    w[k] = sigmoid(logits[E]);
+  }
+  __syncthreads();
+}
+
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads)
     gate_up_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
@@ -22,7 +69,15 @@ __global__ void __launch_bounds__(kThreads)
   float* xs = reinterpret_cast<float*>(smem4);
   __shared__ float scratch[32];
   __shared__ int sel[32];  // stacked expert index of each slot of this launch
-  if (threadIdx.x < p.n_slot) sel[threadIdx.x] = p.sel[p.slot_begin + threadIdx.x] - p.expert_base;
+  __shared__ float sel_w[32];
+  if (p.logits) {
+    route_block(p, sel, sel_w);
+    if (blockIdx.x == 0 && int(threadIdx.x) <= p.top_k)  // for the down launch
+      p.sel[threadIdx.x] = sel[threadIdx.x], p.sel_w[threadIdx.x] = sel_w[threadIdx.x];
+    if (int(threadIdx.x) < p.n_slot) sel[threadIdx.x] -= p.expert_base;  // slot_begin is 0
+  } else if (int(threadIdx.x) < p.n_slot) {
+    sel[threadIdx.x] = p.sel[p.slot_begin + threadIdx.x] - p.expert_base;
+  }
   const int warp = threadIdx.x >> 5;
   const SubGroup sg(lpr);
   const int subs = sg.subs, sub = sg.sub, sl = sg.sl;
@@ -154,6 +209,8 @@ struct Down {
 }  // namespace
 
 Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s) {
+  if (p.logits && (p.n_expert > 1024 || p.top_k + 1 > 32 || !p.sel || !p.sel_w || p.slot_begin))
+    return err("moe: routing of ", p.n_expert, " experts, top ", p.top_k, " is not supported");
   if (p.gate.fmt != p.up.fmt || p.gate.units != p.up.units || p.gate.cols != p.n_embd)
     return err("moe: gate and up must share format and shape");
   return dispatch<GateUp>(p.gate, p, s);
