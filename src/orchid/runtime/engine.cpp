@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <unordered_map>
 
 namespace orchid {
@@ -25,8 +27,8 @@ void apply_penalties(const GenerateRequest& req, std::span<const int32_t> output
     for (int32_t id : output) seen[size_t(id)] = true;
     for (size_t i = 0; i < logits.size(); ++i)
       if (seen[i])
-        logits[i] = logits[i] > 0 ? logits[i] / req.repetition_penalty
-                                  : logits[i] * req.repetition_penalty;
+        logits[i] =
+            logits[i] > 0 ? logits[i] / req.repetition_penalty : logits[i] * req.repetition_penalty;
   }
   if (req.presence_penalty != 0.f || req.frequency_penalty != 0.f) {
     std::unordered_map<int32_t, int> counts;
@@ -50,10 +52,10 @@ TokenEvent make_event(std::span<const float> logits, int32_t id, int k) {
   if (k > 0) {
     std::vector<int32_t> ids(logits.size());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)];
-    });
-    for (int i = 0; i < k; ++i) ev.top.push_back({ids[size_t(i)], logits[size_t(ids[size_t(i)])] - lse});
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    for (int i = 0; i < k; ++i)
+      ev.top.push_back({ids[size_t(i)], logits[size_t(ids[size_t(i)])] - lse});
   }
   return ev;
 }
@@ -86,6 +88,43 @@ Status Engine::prefill_prompt(const GenerateRequest& req, std::vector<float>& lo
   return backend_.forward(*state_, prompt.subspan(size_t(done)), LogitsMode::last, logits);
 }
 
+bool Engine::device_decodable(const GenerateRequest& req) const {
+  if (!backend_.can_decode_on_device() || req.top_logprobs >= 0) return false;
+  if (const char* v = std::getenv("ORCHID_DEVICE_DECODE"); v && std::string_view(v) == "0")
+    return false;
+  if (req.repetition_penalty != 1.f || req.presence_penalty != 0.f || req.frequency_penalty != 0.f)
+    return false;
+  const SamplerParams& s = req.sampler;
+  return s.greedy || s.temperature <= 0.f || (s.top_k == 0 && s.top_p >= 1.f && s.min_p <= 0.f);
+}
+
+Status Engine::decode_on_device(const GenerateRequest& req, int32_t first, int picks,
+                                const std::function<bool(const TokenEvent&)>& on_token,
+                                GenerateResult& res, std::vector<int32_t>& history) {
+  DeviceDecodeOptions opts;
+  opts.stop_ids = req.stop_ids;
+  const SamplerParams& s = req.sampler;
+  opts.temperature = s.greedy || s.temperature <= 0.f ? 0.f : s.temperature;
+  opts.seed = s.seed;
+  int seen = 0;
+  bool caller_stopped = false;
+  auto consumed = backend_.decode_on_device(*state_, first, picks, opts, [&](int32_t id) {
+    ++seen;
+    ++res.completion_tokens;
+    TokenEvent ev;
+    ev.id = id;
+    if (!on_token(ev)) caller_stopped = true;
+    return !caller_stopped;
+  });
+  if (!consumed) return consumed.error();
+  if (caller_stopped || seen < picks) res.finish_reason = "stop";  // a stop id, or the caller
+  // What the state holds: the prompt, then every token the device consumed (it may have run a
+  // step past the last one shown to the caller).
+  history.resize(size_t(res.prompt_tokens));
+  history.insert(history.end(), consumed->begin(), consumed->end());
+  return {};
+}
+
 Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
                                           const std::function<bool(const TokenEvent&)>& on_token) {
   GenerateResult res;
@@ -106,6 +145,7 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
   std::vector<int32_t> history = req.prompt, output;
   res.finish_reason = "length";
   const int max_new = int(std::min<int64_t>(req.max_tokens, ctx_ - res.prompt_tokens));
+  const bool on_device = device_decodable(req);
   for (int i = 0; i < max_new; ++i) {
     apply_penalties(req, output, logits);
     const int32_t id = sampler.sample(logits);
@@ -121,7 +161,13 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
       break;
     }
     if (i + 1 == max_new) break;
-    ORCHID_TRY(backend_.forward(*state_, std::span<const int32_t>(&id, 1), LogitsMode::last, logits));
+    if (on_device) {
+      // The rest on the device: each pick feeds the next step there; the host only watches.
+      ORCHID_TRY(decode_on_device(req, id, max_new - i - 1, on_token, res, history));
+      break;
+    }
+    ORCHID_TRY(
+        backend_.forward(*state_, std::span<const int32_t>(&id, 1), LogitsMode::last, logits));
   }
   res.decode_seconds = since(t0);
   // The state now holds history minus (possibly) the last sampled token, which was never

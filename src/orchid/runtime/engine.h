@@ -33,8 +33,8 @@ struct GenerateRequest {
 
 struct TokenEvent {
   int32_t id = 0;
-  float logprob = 0.f;                              // of the chosen token (raw model logits)
-  std::vector<std::pair<int32_t, float>> top;       // top_logprobs alternatives
+  float logprob = 0.f;                         // of the chosen token (raw model logits)
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives
 };
 
 struct GenerateResult {
@@ -59,6 +59,14 @@ class Engine {
                                     const std::function<bool(const TokenEvent&)>& on_token);
 
  private:
+  // Whether the rest of a request can be decoded with the next token chosen on the device
+  // (greedy or plain temperature sampling, no penalties, no logprobs; ORCHID_DEVICE_DECODE=0
+  // turns it off).
+  bool device_decodable(const GenerateRequest& req) const;
+  // Up to `picks` tokens after `first` on the device; history becomes what the state holds.
+  Status decode_on_device(const GenerateRequest& req, int32_t first, int picks,
+                          const std::function<bool(const TokenEvent&)>& on_token,
+                          GenerateResult& res, std::vector<int32_t>& history);
   Status prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
                         GenerateResult& res);
 
