@@ -13,42 +13,60 @@ constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
 constexpr int kMaxConvK = 8;  // conv taps the kernel handles
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
-  grid_dep_wait();
-  grid_dep_release();
-  if (p.halt && *p.halt) return;
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kMaxGdnHeadDim];
   __shared__ float part[kQuarters][kMaxGdnHeadDim];
   __shared__ float scratch[32];
   const int j = blockIdx.x, ratio = p.hv / p.hk, kh = j / ratio;
   const int dk = p.dk, dv = p.dv, K = p.K;
   const int key_dim = p.hk * dk;
-  const int pos = *p.pos;
   const int tid = threadIdx.x;
+  const int d = tid % kMaxGdnHeadDim, half = tid / kMaxGdnHeadDim;
+  const bool col_ok = d < dv;
 
-  // 1. Conv step for this head's q, k (shared with the other value heads of key head kh) and
-  //    v channels. The ring slot pos % K is written only by the head that owns the channel;
-  //    all reads are of other slots, so heads never race.
-  for (int i = tid; i < 2 * dk + dv; i += kThreads) {
-    int ch;
-    float* dst;
-    bool owner;
-    if (i < dk)
-      ch = kh * dk + i, dst = qs + i, owner = j % ratio == 0;
-    else if (i < 2 * dk)
-      ch = key_dim + kh * dk + (i - dk), dst = ks + (i - dk), owner = j % ratio == 0;
-    else
-      ch = 2 * key_dim + j * dv + (i - 2 * dk), dst = vs + (i - 2 * dk), owner = true;
-    const float cur = p.qkv[ch];
-    const float* taps = p.conv_w + size_t(ch) * K;
-    const float* ring = p.conv_ring + size_t(ch) * K;
-    // All taps and ring entries are loaded before the sum (one round trip, not K).
-    float t[kMaxConvK], r[kMaxConvK];
+  // Before waiting for the in-projection kernel: everything it does not write — this head's
+  // state rows, conv taps and ring (written by earlier steps, long finished), the position and
+  // the per-head constants — so those loads overlap its tail. Thread `tid` owns conv channel
+  // slot tid (2·dk + dv ≤ kThreads): q, then k (shared by the value heads of key head kh),
+  // then this head's v.
+  const int pos = *p.pos;
+  float* S = p.S + size_t(j) * dk * dv;
+  float s[kRowsPerThread];
 #pragma unroll
-    for (int back = 0; back < kMaxConvK; ++back) {
-      const bool ok = back < K && pos - back >= 0;
-      t[back] = back < K ? taps[K - 1 - back] : 0.f;
-      r[back] = back == 0 ? cur : ok ? ring[((pos - back) % K + K) % K] : 0.f;
-    }
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int i = half * kRowsPerThread + r;
+    s[r] = col_ok && i < dk ? S[size_t(i) * dv + d] : 0.f;
+  }
+  const int n_ch = 2 * dk + dv;
+  int ch = 0;
+  float* dst = nullptr;
+  bool owner = false;
+  if (tid < dk)
+    ch = kh * dk + tid, dst = qs + tid, owner = j % ratio == 0;
+  else if (tid < 2 * dk)
+    ch = key_dim + kh * dk + (tid - dk), dst = ks + (tid - dk), owner = j % ratio == 0;
+  else if (tid < n_ch)
+    ch = 2 * key_dim + j * dv + (tid - 2 * dk), dst = vs + (tid - 2 * dk), owner = true;
+  float t[kMaxConvK], r[kMaxConvK];
+#pragma unroll
+  for (int back = 0; back < kMaxConvK; ++back) {
+    const bool ok = tid < n_ch && back < K && pos - back >= 0;
+    t[back] = ok ? p.conv_w[size_t(ch) * K + K - 1 - back] : 0.f;
+    r[back] = ok && back > 0 ? p.conv_ring[size_t(ch) * K + ((pos - back) % K + K) % K] : 0.f;
+  }
+  const float A = p.A_log[j], dt_bias = p.dt_bias[j];
+  const float nw = tid < dv ? p.norm[tid] : 0.f;
+
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+
+  // 1. Conv step + SiLU. The ring slot pos % K is written only by the head that owns the
+  //    channel; all reads are of other slots, so heads never race.
+  const float cur = tid < n_ch ? p.qkv[ch] : 0.f;
+  const float zz = tid < dv ? p.z[size_t(j) * dv + tid] : 0.f;
+  const float b = p.b[j], a = p.a[j];
+  if (tid < n_ch) {
+    r[0] = cur;
     float sum = 0.f;
 #pragma unroll
     for (int back = 0; back < kMaxConvK; ++back) sum = fmaf(t[back], r[back], sum);
@@ -57,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
   }
   __syncthreads();
 
-  // 2. L2 norms (eps 1e-6 on the sum), q scaled by 1/√dk.
+  // 2. L2 norms (eps 1e-6 on the sum), q scaled by 1/√dk; β and the decay.
   const float qv = tid < dk ? qs[tid] : 0.f;
   const float kv = tid < dk ? ks[tid] : 0.f;
   const float q_ss = block_sum(qv * qv, scratch);
@@ -66,23 +84,19 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
     qs[tid] = qv * rsqrtf(q_ss + 1e-6f) * rsqrtf(float(dk));
     ks[tid] = kv * rsqrtf(k_ss + 1e-6f);
   }
-  const float beta = sigmoid(p.b[j]);
-  const float ax = p.a[j] + p.dt_bias[j];
+  const float beta = sigmoid(b);
+  const float ax = a + dt_bias;
   const float softplus = ax > 20.f ? ax : log1pf(expf(ax));
-  const float decay = expf(-expf(p.A_log[j]) * softplus);
+  const float decay = expf(-expf(A) * softplus);
   __syncthreads();
 
-  // 3. Delta rule. Thread: column d = tid % 128, rows [half * 32, half * 32 + 32).
-  const int d = tid % kMaxGdnHeadDim, half = tid / kMaxGdnHeadDim;
-  const bool col_ok = d < dv;
-  float* S = p.S + size_t(j) * dk * dv;
-  float s[kRowsPerThread];
+  // 3. Delta rule. Thread: column d, rows [half · 32, half · 32 + 32).
   float mem = 0.f;
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    const int i = half * kRowsPerThread + r;
-    s[r] = col_ok && i < dk ? S[size_t(i) * dv + d] * decay : 0.f;
-    mem = fmaf(s[r], i < dk ? ks[i] : 0.f, mem);
+  for (int q = 0; q < kRowsPerThread; ++q) {
+    const int i = half * kRowsPerThread + q;
+    s[q] *= decay;
+    mem = fmaf(s[q], i < dk ? ks[i] : 0.f, mem);
   }
   part[half][d] = mem;
   __syncthreads();
@@ -93,12 +107,12 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
   __syncthreads();
   float o = 0.f;
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    const int i = half * kRowsPerThread + r;
+  for (int q = 0; q < kRowsPerThread; ++q) {
+    const int i = half * kRowsPerThread + q;
     if (i < dk) {
-      s[r] = fmaf(ks[i], delta, s[r]);
-      o = fmaf(s[r], qs[i], o);
-      if (col_ok) S[size_t(i) * dv + d] = s[r];
+      s[q] = fmaf(ks[i], delta, s[q]);
+      o = fmaf(s[q], qs[i], o);
+      if (col_ok) S[size_t(i) * dv + d] = s[q];
     }
   }
   part[half][d] = o;
@@ -110,10 +124,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
 #pragma unroll
     for (int q = 0; q < kQuarters; ++q) out += part[q][tid];
   const float inv = rsqrtf(block_sum(out * out, scratch) / float(dv) + p.eps);
-  if (tid < dv) {
-    const float zz = p.z[size_t(j) * dv + tid];
-    p.out[size_t(j) * dv + tid] = out * inv * p.norm[tid] * silu(zz);
-  }
+  if (tid < dv) p.out[size_t(j) * dv + tid] = out * inv * nw * silu(zz);
 }
 
 }  // namespace
@@ -123,6 +134,7 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s) {
     return err("delta net: head dims ", p.dk, "/", p.dv, " exceed ", kMaxGdnHeadDim);
   if (p.hk <= 0 || p.hv % p.hk != 0) return err("delta net: ", p.hv, " value heads over ", p.hk);
   if (p.K < 1 || p.K > kMaxConvK) return err("delta net: conv kernel of ", p.K, " taps");
+  if (2 * p.dk + p.dv > kThreads) return err("delta net: ", 2 * p.dk + p.dv, " channels per head");
   return launch("delta net step", gdn_step_kernel, dim3(p.hv), dim3(kThreads), 0, s, p);
 }
 

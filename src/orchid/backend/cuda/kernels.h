@@ -90,7 +90,9 @@ struct MoeParams {
   DevMatrix down;      // [experts * n_embd, n_ff]
   int n_ff = 0, n_embd = 0, n_slot = 0;
   int slot_begin = 0, expert_base = 0;
-  const float* x = nullptr;     // residual h [n_embd]
+  // Residual h [n_embd]. The gate/up launch reads it before waiting for the kernel launched
+  // just before it (programmatic dependent launch), so that kernel must not write it.
+  const float* x = nullptr;
   const float* norm = nullptr;  // post-attention RMSNorm weight
   float eps = 1e-6f;
   // Routing. With `logits` ([n_expert] router logits, then the shared-expert gate's) the

@@ -62,14 +62,22 @@ __device__ void route_block(const MoeParams& p, int* sel, float* w) {
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads)
     gate_up_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
-  grid_dep_wait();
-  grid_dep_release();
-  if (p.halt && *p.halt) return;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
   __shared__ float scratch[32];
   __shared__ int sel[32];  // stacked expert index of each slot of this launch
   __shared__ float sel_w[32];
+  const int warp = threadIdx.x >> 5;
+  const SubGroup sg(lpr);
+  const int subs = sg.subs, sub = sg.sub, sl = sg.sl;
+  const unsigned mask = sg.mask;
+  // x̂ is staged before waiting for the previous kernel (the router, or the routed launch for
+  // the shared expert), which does not write the residual (see MoeParams::x).
+  XSlice<F, NI> x;
+  stage_slice<F, NI>(p.x, p.n_embd, p.gate.units, p.norm, p.eps, xs, scratch, sg, x);
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
   if (p.logits) {
     route_block(p, sel, sel_w);
     if (blockIdx.x == 0 && int(threadIdx.x) <= p.top_k)  // for the down launch
@@ -78,12 +86,7 @@ __global__ void __launch_bounds__(kThreads)
   } else if (int(threadIdx.x) < p.n_slot) {
     sel[threadIdx.x] = p.sel[p.slot_begin + threadIdx.x] - p.expert_base;
   }
-  const int warp = threadIdx.x >> 5;
-  const SubGroup sg(lpr);
-  const int subs = sg.subs, sub = sg.sub, sl = sg.sl;
-  const unsigned mask = sg.mask;
-  XSlice<F, NI> x;
-  stage_slice<F, NI>(p.x, p.n_embd, p.gate.units, p.norm, p.eps, xs, scratch, sg, x);
+  __syncthreads();
   const int total = p.n_slot * p.n_ff;
   const int stride = gridDim.x * kWarps * subs;
   // The next row pair's loads are issued before this one's math (two round trips in flight).
