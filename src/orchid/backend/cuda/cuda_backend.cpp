@@ -42,6 +42,7 @@ Switches Switches::from_env() {
   s.pdl = !env_off("ORCHID_PDL");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
+  if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
   return s;
 }
 
@@ -185,7 +186,7 @@ Expected<std::unique_ptr<BackendState>> CudaBackend::new_state(int64_t max_token
 int CudaBackend::split_for(int64_t n_keys) const {
   if (!sw_.split_kv) return 1;
   int s = 1;
-  while (s < kMaxSplit && int64_t(s) * sw_.keys_per_split < n_keys) s *= 2;
+  while (s < std::min(kMaxSplit, sw_.max_split) && int64_t(s) * sw_.keys_per_split < n_keys) s *= 2;
   return s;
 }
 

@@ -129,7 +129,8 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   out["switches"] = {{"cuda_graph", base.graph},
                      {"split_kv", base.split_kv},
                      {"pdl", base.pdl},
-                     {"keys_per_split", base.keys_per_split}};
+                     {"keys_per_split", base.keys_per_split},
+                     {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
   std::printf("%10s %12s\n", "context", "decode tok/s");
   for (int64_t n : opts.contexts) {
