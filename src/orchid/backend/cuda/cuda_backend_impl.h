@@ -15,14 +15,14 @@ namespace orchid::cuda {
 // Run-time switches (environment), each enabling one optimisation so its effect can be measured
 // alone: ORCHID_CUDA_GRAPH=0 launches kernel by kernel; ORCHID_SPLIT_KV=0 keeps one KV range per
 // head; ORCHID_SPLIT_KV_KEYS=N sets the keys per range (default 128) and ORCHID_SPLIT_KV_MAX=N the
-// most ranges per head (default 64; both chosen by measurement, docs/bench.md); ORCHID_PDL=0
+// most ranges per head (default 128; both chosen by measurement, docs/bench.md); ORCHID_PDL=0
 // launches without programmatic dependent launch (each kernel waits for the previous one to end).
 struct Switches {
   bool graph = true;
   bool split_kv = true;
   bool pdl = true;
   int keys_per_split = 128;
-  int max_split = 64;
+  int max_split = 128;
   static Switches from_env();
 };
 
