@@ -20,6 +20,28 @@ float bf16r(float x) {
   return round_bf16(x);
 }
 
+// ---- Standalone RMSNorm (the unfused ablation path): bound 1e-5 relative per element. ----
+TEST(CudaRmsNorm, MatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int n : {2048, 96, 4099}) {
+    auto x = test::random_floats(size_t(n), -30.f, 30.f, rng);
+    auto w = test::random_floats(size_t(n), 0.5f, 1.5f, rng);
+    DevBuf<float> dx(x), dw(w), out(static_cast<size_t>(n));
+    ASSERT_TRUE(
+        cuda::launch_rms_norm(dx.get(), dw.get(), 1e-6f, n, out.get(), nullptr, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double inv = 1 / std::sqrt(ss / n + 1e-6);
+    auto got = out.host();
+    for (int i = 0; i < n; ++i) {
+      const double want = x[size_t(i)] * inv * w[size_t(i)];
+      ASSERT_NEAR(got[size_t(i)], want, 1e-5 * std::fabs(want) + 1e-7) << "n " << n << " i " << i;
+    }
+  }
+}
+
 // ---- MoE: bf16 experts (exact weights), so the bound is fp32 accumulation only: 1e-4 rel. ----
 TEST(CudaMoe, GateUpAndDownMatchReference) {
   ORCHID_REQUIRE_GPU();

@@ -40,6 +40,7 @@ Switches Switches::from_env() {
   s.graph = !env_off("ORCHID_CUDA_GRAPH");
   s.split_kv = !env_off("ORCHID_SPLIT_KV");
   s.pdl = !env_off("ORCHID_PDL");
+  s.fused_norm = !env_off("ORCHID_FUSED_NORM");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
@@ -101,6 +102,7 @@ Status CudaBackend::init() {
     dst = *r_;                    \
   } while (0)
   ORCHID_ALLOC(h_, float, H);
+  ORCHID_ALLOC(xnorm_, float, H);
   ORCHID_ALLOC(qg_, float, int64_t(c_.n_head) * 2 * hd);
   ORCHID_ALLOC(kbuf_, float, int64_t(c_.n_head_kv) * hd);
   ORCHID_ALLOC(vbuf_, float, int64_t(c_.n_head_kv) * hd);
@@ -190,6 +192,18 @@ int CudaBackend::split_for(int64_t n_keys) const {
   return s;
 }
 
+Status CudaBackend::normed_input(const float* norm, const int* halt, Profiler* prof,
+                                 const float*& x, const float*& x_norm) {
+  if (sw_.fused_norm) {
+    x = h_, x_norm = norm;
+    return {};
+  }
+  ORCHID_TRY(launch_rms_norm(h_, norm, c_.rms_norm_eps, c_.n_embd, xnorm_, halt, stream_));
+  if (prof) prof->mark("rms norm", 0);
+  x = xnorm_, x_norm = nullptr;
+  return {};
+}
+
 Status CudaBackend::enqueue_gemv_group(GemvTask* tasks, int n, const float* x, int cols,
                                        const float* norm, const int* halt, Profiler* prof,
                                        const char* label) {
@@ -224,7 +238,9 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
     const DevLayer& L = m.layers[size_t(l)];
     if (c_.layer_types[size_t(l)] == LayerKind::full_attention) {
       GemvTask t[3] = {{L.q, qg_, nullptr}, {L.k, kbuf_, nullptr}, {L.v, vbuf_, nullptr}};
-      ORCHID_TRY(enqueue_gemv_group(t, 3, h_, H, L.attn_norm, halt, prof, "attn qkv gemv"));
+      const float *x = nullptr, *xn = nullptr;
+      ORCHID_TRY(normed_input(L.attn_norm, halt, prof, x, xn));
+      ORCHID_TRY(enqueue_gemv_group(t, 3, x, H, xn, halt, prof, "attn qkv gemv"));
       AttnParams a;
       a.qg = qg_, a.k = kbuf_, a.v = vbuf_, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
       a.inv_freq = m.inv_freq, a.eps = c_.rms_norm_eps;
@@ -242,7 +258,9 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
     } else {
       GemvTask t[4] = {
           {L.qkv, qkv_, nullptr}, {L.z, z_, nullptr}, {L.b, bb_, nullptr}, {L.a, aa_, nullptr}};
-      ORCHID_TRY(enqueue_gemv_group(t, 4, h_, H, L.attn_norm, halt, prof, "gdn in gemv"));
+      const float *x = nullptr, *xn = nullptr;
+      ORCHID_TRY(normed_input(L.attn_norm, halt, prof, x, xn));
+      ORCHID_TRY(enqueue_gemv_group(t, 4, x, H, xn, halt, prof, "gdn in gemv"));
       GdnParams g;
       g.qkv = qkv_, g.z = z_, g.b = bb_, g.a = aa_, g.conv_w = L.conv_w;
       g.conv_ring = st.ring[size_t(l)], g.S = st.S[size_t(l)];
@@ -261,14 +279,16 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
     GemvParams r;  // router and shared-expert gate logits; gate/up routes from them
     r.task[0] = {L.router, moe_logits_, nullptr};
     r.task[1] = {L.shared_gate, moe_logits_ + c_.n_expert, nullptr};
-    r.n_task = 2, r.x = h_, r.cols = H, r.norm = L.post_norm, r.eps = c_.rms_norm_eps;
+    const float *post_x = nullptr, *post_n = nullptr;
+    ORCHID_TRY(normed_input(L.post_norm, halt, prof, post_x, post_n));
+    r.n_task = 2, r.x = post_x, r.cols = H, r.norm = post_n, r.eps = c_.rms_norm_eps;
     r.halt = halt;
     ORCHID_TRY(launch_gemv(r, stream_));
     if (prof) prof->mark("router", matrix_bytes(L.router) + matrix_bytes(L.shared_gate));
     MoeParams e;
     e.gate = L.gate, e.up = L.up, e.down = L.down;
     e.n_ff = c_.n_ff_exp, e.n_embd = H, e.n_slot = c_.n_expert_used + (L.shared_apart ? 0 : 1);
-    e.x = h_, e.norm = L.post_norm, e.eps = c_.rms_norm_eps, e.sel = sel_, e.sel_w = sel_w_;
+    e.x = post_x, e.norm = post_n, e.eps = c_.rms_norm_eps, e.sel = sel_, e.sel_w = sel_w_;
     e.logits = moe_logits_, e.n_expert = c_.n_expert, e.top_k = c_.n_expert_used;
     e.act = act_, e.h = h_, e.halt = halt;
     const int64_t stacked = c_.n_expert + (L.shared_apart ? 0 : 1);
@@ -301,7 +321,9 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
   }
   GemvParams p;
   p.task[0] = {m.lm_head, pick.want_logits ? logits_ : nullptr, nullptr};
-  p.n_task = 1, p.x = h_, p.cols = H, p.norm = m.out_norm, p.eps = c_.rms_norm_eps;
+  const float *out_x = nullptr, *out_n = nullptr;
+  ORCHID_TRY(normed_input(m.out_norm, halt, prof, out_x, out_n));
+  p.n_task = 1, p.x = out_x, p.cols = H, p.norm = out_n, p.eps = c_.rms_norm_eps;
   p.halt = halt, p.epilogue = GemvEpilogue::argmax, p.ticket = tickets_ + 1, p.partial = partial_;
   p.token = token_, p.pos = st.d_pos, p.stop_ids = stop_ids_, p.n_stop = pick.n_stop;
   p.stopped = st.d_halt, p.inv_temp = pick.inv_temp, p.seed = pick.seed;
@@ -317,8 +339,9 @@ Status CudaBackend::run_step(CudaState& st, bool head, const PickConfig& pick) {
   if (!sw_.graph) return enqueue_step(st, head, pick, n_split, nullptr);
   CudaState::Graph& g = st.graphs[head ? 1 : 0];
   const std::string key = std::to_string(n_split) + "/" + std::to_string(sw_.pdl) + "/" +
-                          std::to_string(pick.want_logits) + "/" + std::to_string(pick.n_stop) +
-                          "/" + std::to_string(pick.inv_temp) + "/" + std::to_string(pick.seed);
+                          std::to_string(sw_.fused_norm) + "/" + std::to_string(pick.want_logits) +
+                          "/" + std::to_string(pick.n_stop) + "/" + std::to_string(pick.inv_temp) +
+                          "/" + std::to_string(pick.seed);
   if (!g.exec || g.key != key) {
     if (g.exec) {
       ORCHID_TRY(sync("graph rebuild"));  // the old graph may still be running

@@ -16,11 +16,13 @@ namespace orchid::cuda {
 // alone: ORCHID_CUDA_GRAPH=0 launches kernel by kernel; ORCHID_SPLIT_KV=0 keeps one KV range per
 // head; ORCHID_SPLIT_KV_KEYS=N sets the keys per range (default 128) and ORCHID_SPLIT_KV_MAX=N the
 // most ranges per head (default 128; both chosen by measurement, docs/bench.md); ORCHID_PDL=0
-// launches without programmatic dependent launch (each kernel waits for the previous one to end).
+// launches without programmatic dependent launch (each kernel waits for the previous one to end);
+// ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues.
 struct Switches {
   bool graph = true;
   bool split_kv = true;
   bool pdl = true;
+  bool fused_norm = true;
   int keys_per_split = 128;
   int max_split = 128;
   static Switches from_env();
@@ -106,6 +108,9 @@ class CudaBackend final : public Backend {
   int split_for(int64_t n_keys) const;
   Status enqueue_step(CudaState& st, bool head, const PickConfig& pick, int n_split,
                       Profiler* prof);
+  // The GEMV input for a normed residual: (h, norm) fused, or (normed copy, none) unfused.
+  Status normed_input(const float* norm, const int* halt, Profiler* prof, const float*& x,
+                      const float*& x_norm);
   Status enqueue_gemv_group(GemvTask* tasks, int n, const float* x, int cols, const float* norm,
                             const int* halt, Profiler* prof, const char* label);
   Status run_step(CudaState& st, bool head, const PickConfig& pick);
@@ -121,7 +126,8 @@ class CudaBackend final : public Backend {
   float *qkv_ = nullptr, *z_ = nullptr, *bb_ = nullptr, *aa_ = nullptr, *gdn_ = nullptr;
   float *moe_logits_ = nullptr, *sel_w_ = nullptr, *act_ = nullptr, *logits_ = nullptr;
   float *partial_ = nullptr, *part_acc_ = nullptr, *part_ml_ = nullptr;
-  int act_stride_ = 0;  // floats per slot row of act_
+  float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
+  int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;
   unsigned* tickets_ = nullptr;  // last-block counters: [0] router, [1] lm_head
   int* pinned_ = nullptr;        // host: two token slots + the position read-back

@@ -129,6 +129,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   out["switches"] = {{"cuda_graph", base.graph},
                      {"split_kv", base.split_kv},
                      {"pdl", base.pdl},
+                     {"fused_norm", base.fused_norm},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -159,14 +160,16 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                   k["pct_of_read_bw"].get<double>());
     // Matched ablations: one switch off at a time.
     nlohmann::json a = {{"all_on", 1e3 / p->step_ms}};
-    for (const char* sw : {"cuda_graph", "split_kv", "pdl"}) {
+    for (const char* sw : {"cuda_graph", "split_kv", "pdl", "fused_norm"}) {
       cuda::Switches s = base;
       if (std::string(sw) == "cuda_graph")
         s.graph = false;
       else if (std::string(sw) == "split_kv")
         s.split_kv = false;
-      else
+      else if (std::string(sw) == "pdl")
         s.pdl = false;
+      else
+        s.fused_norm = false;
       be->switches() = s;
       auto v = decode_speed(*be, n, opts.tokens);
       be->switches() = base;

@@ -168,6 +168,9 @@ void set_pdl_enabled(bool on);
 // h = dequantized row `*token` of the embedding.
 Status launch_embed(const DevMatrix& embd, const int* token, float* h, int n_embd, const int* halt,
                     cudaStream_t s);
+// out[n] = x · rsqrt(mean(x²) + eps) · w in one block: the unfused RMSNorm (ablation).
+Status launch_rms_norm(const float* x, const float* w, float eps, int n, float* out,
+                       const int* halt, cudaStream_t s);
 // ++*pos unless halted (the step's end when no lm_head runs).
 Status launch_advance(int* pos, const int* halt, cudaStream_t s);
 // Fills n 16-byte units (or n words) with seeded pseudo-random bits.

@@ -61,6 +61,19 @@ __global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd
   }
 }
 
+// One block: out = x · rsqrt(mean(x²) + eps) · w (the ablation of the GEMVs' fused prologue).
+__global__ void rms_norm_kernel(const float* x, const float* w, float eps, int n, float* out,
+                                const int* halt) {
+  __shared__ float scratch[32];
+  grid_dep_wait();
+  grid_dep_release();
+  if (halt && *halt) return;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
+  const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * inv * w[i];
+}
+
 __global__ void advance_kernel(int* pos, const int* halt) {
   grid_dep_wait();
   grid_dep_release();
@@ -121,6 +134,11 @@ Status launch_embed(const DevMatrix& embd, const int* token, float* h, int n_emb
                     cudaStream_t s) {
   return launch("embed", embed_kernel, dim3((n_embd + 255) / 256), dim3(256), 0, s, embd, token, h,
                 n_embd, halt);
+}
+
+Status launch_rms_norm(const float* x, const float* w, float eps, int n, float* out,
+                       const int* halt, cudaStream_t s) {
+  return launch("rms norm", rms_norm_kernel, dim3(1), dim3(1024), 0, s, x, w, eps, n, out, halt);
 }
 
 Status launch_advance(int* pos, const int* halt, cudaStream_t s) {
