@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "orchid/runtime/chat_assets.h"
-#include "orchid/runtime/generate.h"
+#include "orchid/runtime/engine.h"
 #include "orchid/tokenizer/output_parser.h"
 #include "orchid/tokenizer/tokenizer.h"
 
@@ -87,9 +87,8 @@ void add_run(CLI::App& app, int& exit_code) {
     StreamingDetokenizer detok(tok, /*skip_special=*/true);
     StreamPrinter out;
     Status failure;
-    auto on_token = [&](int32_t id) {
-      if (assets->is_stop(id)) return false;
-      auto text = detok.push(id);
+    auto on_token = [&](const TokenEvent& ev) {
+      auto text = detok.push(ev.id);
       if (!text) {
         failure = text.error();
         return false;
@@ -97,7 +96,14 @@ void add_run(CLI::App& app, int& exit_code) {
       out.print(parser.push(*text));
       return true;
     };
-    auto res = generate(*lm->backend, ids, args->n, sp, on_token);
+    // Through the engine, so a GPU decodes with the next token chosen on the device.
+    Engine engine(*lm->backend, int64_t(ids.size()) + args->n + 1, 0);
+    GenerateRequest req;
+    req.prompt = std::move(ids);
+    req.max_tokens = args->n;
+    req.sampler = sp;
+    req.stop_ids = assets->stop_ids;
+    auto res = engine.generate(req, on_token);
     if (!res) return void(exit_code = fail(res.message()));
     if (!failure.ok()) return void(exit_code = fail(failure.message()));
     out.print(parser.push(detok.flush()));
