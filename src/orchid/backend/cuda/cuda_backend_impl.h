@@ -12,6 +12,13 @@
 
 namespace orchid::cuda {
 
+// Returns a Status naming the failing runtime call.
+#define ORCHID_CUDA(expr)                                        \
+  do {                                                           \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess)              \
+      return ::orchid::err(#expr, ": ", cudaGetErrorString(e_)); \
+  } while (0)
+
 // Run-time switches (environment), each enabling one optimisation so its effect can be measured
 // alone: ORCHID_CUDA_GRAPH=0 launches kernel by kernel; ORCHID_SPLIT_KV=0 keeps one KV range per
 // head; ORCHID_SPLIT_KV_KEYS=N sets the keys per range (default 128) and ORCHID_SPLIT_KV_MAX=N the
