@@ -94,7 +94,7 @@ Status CudaBackend::init() {
   ORCHID_ALLOC(token_, int, 1);
   ORCHID_ALLOC(prompt_, int, kPromptChunk);
   ORCHID_ALLOC(stop_ids_, int, kMaxStop);
-  ORCHID_ALLOC(tickets_, unsigned, 2);
+  ORCHID_ALLOC(ticket_, unsigned, 1);
 #undef ORCHID_ALLOC
   return {};
 }

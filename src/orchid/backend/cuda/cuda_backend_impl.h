@@ -136,8 +136,8 @@ class CudaBackend final : public Backend {
   float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
   int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;
-  unsigned* tickets_ = nullptr;  // last-block counters: [0] router, [1] lm_head
-  int* pinned_ = nullptr;        // host: two token slots + the position read-back
+  unsigned* ticket_ = nullptr;  // lm_head: blocks finished (its last block picks the token)
+  int* pinned_ = nullptr;       // host: two token slots + the position read-back
   cudaEvent_t slot_ev_[2] = {nullptr, nullptr};
   static constexpr int kMaxSplit = 256, kMaxStop = 64, kPromptChunk = 4096;
 };

@@ -1,6 +1,6 @@
-// Batch-1 GEMV over up to four matrices sharing one input, with the RMSNorm prologue and three
-// epilogues: store (+ residual), MoE routing (softmax, top-k, renormalise, shared-expert gate)
-// and lm_head argmax / Gumbel-max sampling with the chosen id handed to the next step.
+// Batch-1 GEMV over up to four matrices sharing one input, with the RMSNorm prologue and two
+// epilogues: store (+ residual) and lm_head argmax / Gumbel-max sampling with the chosen id
+// handed to the next step.
 #include <algorithm>
 
 #include "orchid/backend/cuda/gemv_core.cuh"
