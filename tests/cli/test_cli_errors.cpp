@@ -5,6 +5,9 @@
 #include <string>
 
 #include "../test_util.h"
+#ifdef ORCHID_HAVE_CUDA
+#include "orchid/backend/cuda/cuda_backend.h"
+#endif
 
 namespace orchid {
 namespace {
@@ -38,6 +41,20 @@ void expect_error(const test::CommandResult& r, std::initializer_list<std::strin
 }
 
 const std::string kTinyMlx = golden("tiny/mlx4");
+
+// Forcing the GPU backend where there is none (no device, or a build without CUDA) is one
+// clear error; auto quietly runs on the CPU.
+TEST(CliErrors, BackendCudaWithoutAUsableGpu) {
+#ifdef ORCHID_HAVE_CUDA
+  if (cuda_device_usable().ok()) GTEST_SKIP() << "a usable GPU is present";
+#endif
+  auto r =
+      run_orchid("generate -m " + shell_quote(kTinyMlx) + " --tokens 1,2,3 -n 2 --backend cuda");
+  expect_error(r, {"--backend cuda: "});
+  auto a =
+      run_orchid("generate -m " + shell_quote(kTinyMlx) + " --tokens 1,2,3 -n 2 --backend auto");
+  EXPECT_TRUE(a.exited && a.exit_code == 0) << a.describe();
+}
 
 TEST(CliErrors, InfoOnNonexistentDirectory) {
   auto r = run_orchid("info -m /nonexistent");

@@ -206,6 +206,10 @@ Status cuda_device_usable() {
   int n = 0;
   if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) {
     cudaGetLastError();
+    if (e == cudaErrorNoDevice) return err("no CUDA device found");
+    if (e == cudaErrorInsufficientDriver)
+      return err("no usable NVIDIA driver (none installed, or one older than this build's CUDA ",
+                 CUDART_VERSION / 1000, " runtime)");
     return err("no usable CUDA device (", cudaGetErrorString(e), ")");
   }
   if (n == 0) return err("no CUDA device found");
