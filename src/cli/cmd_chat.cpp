@@ -8,7 +8,6 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "orchid/runtime/chat_assets.h"
 #include "orchid/runtime/engine.h"
 #include "orchid/tokenizer/output_parser.h"
 #include "orchid/tokenizer/tokenizer.h"
@@ -61,14 +60,14 @@ void add_chat(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--max-tokens", args->max_tokens, "most tokens per reply");
   cmd->add_flag("--no-thinking", args->no_thinking, "thinking off");
   cmd->callback([args, &exit_code] {
-    auto lm = open_model(args->model);
-    if (!lm) return void(exit_code = fail(lm.message()));
-    auto assets = load_chat_assets(args->model.dir);
-    if (!assets) return void(exit_code = fail(assets.message()));
-    const Tokenizer& tok = assets->tokenizer;
-    const ChatTemplate& tmpl = assets->chat_template;
-    const GenerationConfig& gen = assets->generation;
-    Engine engine(*lm->backend, args->ctx, int64_t(256) << 20);
+    auto cm = open_chat_model(args->model);
+    if (!cm) return void(exit_code = fail(cm.message()));
+    const ChatAssets& assets = cm->assets;
+    const Tokenizer& tok = assets.tokenizer;
+    const ChatTemplate& tmpl = assets.chat_template;
+    const GenerationConfig& gen = assets.generation;
+    Backend& backend = *cm->lm.backend;
+    Engine engine(backend, args->ctx, int64_t(256) << 20);
     std::signal(SIGINT, on_sigint);
 
     std::string system;
@@ -112,7 +111,7 @@ void add_chat(CLI::App& app, int& exit_code) {
       req.snapshot_at = int64_t(tok.encode(*head).size());
       req.max_tokens = args->max_tokens;
       req.sampler = gen.sampler;
-      req.stop_ids = assets->stop_ids;
+      req.stop_ids = assets.stop_ids;
       req.presence_penalty = gen.presence_penalty;
       req.repetition_penalty = gen.repetition_penalty;
 

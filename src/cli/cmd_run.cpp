@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "orchid/runtime/chat_assets.h"
 #include "orchid/runtime/engine.h"
 #include "orchid/tokenizer/output_parser.h"
 #include "orchid/tokenizer/tokenizer.h"
@@ -61,13 +60,13 @@ void add_run(CLI::App& app, int& exit_code) {
   cmd->add_option("--temperature", args->temperature, "sampling temperature");
   cmd->add_option("--seed", args->seed, "sampling seed");
   cmd->callback([args, &exit_code] {
-    auto lm = open_model(args->model);
-    if (!lm) return void(exit_code = fail(lm.message()));
-    auto assets = load_chat_assets(args->model.dir);
-    if (!assets) return void(exit_code = fail(assets.message()));
-    const Tokenizer& tok = assets->tokenizer;
-    const ChatTemplate& tmpl = assets->chat_template;
-    const GenerationConfig& gen = assets->generation;
+    auto cm = open_chat_model(args->model);
+    if (!cm) return void(exit_code = fail(cm.message()));
+    const ChatAssets& assets = cm->assets;
+    const Tokenizer& tok = assets.tokenizer;
+    const ChatTemplate& tmpl = assets.chat_template;
+    const GenerationConfig& gen = assets.generation;
+    Backend& backend = *cm->lm.backend;
 
     ChatTemplateOptions topts;
     topts.enable_thinking = !args->no_thinking;
@@ -97,12 +96,12 @@ void add_run(CLI::App& app, int& exit_code) {
       return true;
     };
     // Through the engine, so a GPU decodes with the next token chosen on the device.
-    Engine engine(*lm->backend, int64_t(ids.size()) + args->n + 1, 0);
+    Engine engine(backend, int64_t(ids.size()) + args->n + 1, 0);
     GenerateRequest req;
     req.prompt = std::move(ids);
     req.max_tokens = args->n;
     req.sampler = sp;
-    req.stop_ids = assets->stop_ids;
+    req.stop_ids = assets.stop_ids;
     auto res = engine.generate(req, on_token);
     if (!res) return void(exit_code = fail(res.message()));
     if (!failure.ok()) return void(exit_code = fail(failure.message()));

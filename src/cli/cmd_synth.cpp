@@ -37,8 +37,11 @@ Status add_tokenizer_files(const std::string& tok_dir, const Tokenizer& tok,
   nlohmann::json eos = nlohmann::json::array();
   for (const char* t : {"<|im_end|>", "<|endoftext|>"})
     if (auto id = tok.token_id(t)) eos.push_back(*id);
-  nlohmann::json gen = {{"do_sample", true}, {"temperature", 1.0}, {"top_p", 0.95},
-                        {"top_k", 20},       {"eos_token_id", eos}};
+  nlohmann::json gen = {{"do_sample", true},
+                        {"temperature", 1.0},
+                        {"top_p", 0.95},
+                        {"top_k", 20},
+                        {"eos_token_id", eos}};
   return write_text(out_dir + "/generation_config.json", gen.dump(2) + "\n");
 }
 

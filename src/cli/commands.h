@@ -33,6 +33,7 @@ int fail(const std::string& message);
 
 #include "orchid/backend/backend.h"
 #include "orchid/model/model.h"
+#include "orchid/runtime/chat_assets.h"
 
 namespace orchid::cli {
 
@@ -49,5 +50,12 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;
 };
 Expected<LoadedModel> open_model(const ModelOptions& opts);
+
+// A model to chat with: weights and backend, plus its tokenizer, template and generation config.
+struct ChatModel {
+  LoadedModel lm;
+  ChatAssets assets;
+};
+Expected<ChatModel> open_chat_model(const ModelOptions& opts);
 
 }  // namespace orchid::cli

@@ -63,4 +63,12 @@ Expected<LoadedModel> open_model(const ModelOptions& opts) {
   return out;
 }
 
+Expected<ChatModel> open_chat_model(const ModelOptions& opts) {
+  auto lm = open_model(opts);
+  if (!lm) return lm.error();
+  auto assets = load_chat_assets(opts.dir);
+  if (!assets) return assets.error();
+  return ChatModel{std::move(*lm), std::move(*assets)};
+}
+
 }  // namespace orchid::cli
