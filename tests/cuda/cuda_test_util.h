@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "orchid/backend/cuda/cuda_backend.h"
+#include "orchid/backend/cuda/kernels.h"
 #include "orchid/util/bf16.h"
 
 namespace orchid::test {
@@ -18,6 +21,30 @@ namespace orchid::test {
   do {                                                                            \
     if (Status s_ = cuda_device_usable(); !s_.ok()) GTEST_SKIP() << s_.message(); \
   } while (0)
+
+// Which q4 GEMV runs for a scope: the tensor-core kernel (for every size) or the CUDA-core one.
+struct KernelPath {
+  bool mma;
+};
+inline std::string path_name(KernelPath k) {
+  return k.mma ? "tensor cores" : "CUDA cores";
+}
+inline void PrintTo(const KernelPath& k, std::ostream* os) {
+  *os << path_name(k);
+}
+struct PathMode {
+  KernelPath saved{cuda::mma_enabled()};
+  int saved_rows = cuda::mma_min_rows();
+  explicit PathMode(KernelPath k) {
+    cuda::set_mma_enabled(k.mma);
+    cuda::set_mma_min_rows(0);
+  }
+  ~PathMode() {
+    cuda::set_mma_enabled(saved.mma);
+    cuda::set_mma_min_rows(saved_rows);
+  }
+};
+constexpr KernelPath kAllPaths[] = {{false}, {true}};
 
 #define ORCHID_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

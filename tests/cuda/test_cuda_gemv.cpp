@@ -1,11 +1,14 @@
 // GEMV kernels against a double-precision reference on fresh random inputs: q4 / q8 / bf16,
 // real and odd widths, several tasks per launch, RMSNorm prologue, residual add, the router
 // epilogue (softmax, top-k, renormalise, shared gate) and the lm_head argmax epilogue.
-// Bound: |got − ref| ≤ 1e-4 · Σ|w·x| + 1e-6 per output (fp32 accumulation of exact products).
+// Bound: |got − ref| ≤ 1e-4 · Σ|w·x| + 1e-6 per output. CUDA cores: fp32 sums of exact products.
+// Tensor cores (q4): x̂ rounded to fp16 (relative ≤ 2⁻¹¹ per element, independent), so the
+// expected error is ~1.4e-4 · √Σ(w·x)², below 2e-5 · Σ|w·x| from 128 columns up.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "cuda_test_matrix.h"
 #include "cuda_test_util.h"
 #include "orchid/backend/cuda/kernels.h"
 
@@ -13,55 +16,9 @@ namespace orchid {
 namespace {
 
 using cuda::DevFormat;
-using cuda::DevMatrix;
 using test::DevBuf;
-
-// A random matrix in the device layout, with its dequantized values on the host.
-struct HostMatrix {
-  DevFormat fmt;
-  int rows, cols, group = 64, units;
-  std::vector<uint32_t> words;  // [rows, units * 4]
-  std::vector<uint32_t> sb;     // [rows, cols / group]
-  std::vector<float> w;         // dequantized [rows, cols]
-
-  HostMatrix(DevFormat f, int r, int c, std::mt19937_64& rng) : fmt(f), rows(r), cols(c) {
-    const int E = cuda::unit_elems(f);
-    units = (c + E - 1) / E;
-    words.assign(size_t(r) * units * 4, 0u);
-    w.assign(size_t(r) * c, 0.f);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    if (f == DevFormat::bf16) {
-      for (int i = 0; i < r; ++i)
-        for (int j = 0; j < c; ++j) {
-          const uint16_t b = f32_to_bf16(u(rng) * 0.1f);
-          w[size_t(i) * c + j] = bf16_to_f32(b);
-          words[size_t(i) * units * 4 + j / 2] |= uint32_t(b) << (16 * (j % 2));
-        }
-      return;
-    }
-    const int bits = f == DevFormat::q4 ? 4 : 8, per = 32 / bits;
-    const int groups = c / group;
-    sb.resize(size_t(r) * groups);
-    for (auto& p : sb) p = test::bf16_pair(u(rng) * 0.02f, u(rng) * 0.1f);
-    for (int i = 0; i < r; ++i)
-      for (int j = 0; j < c; ++j) {
-        const uint32_t q = uint32_t(rng() % (1u << bits));
-        words[size_t(i) * units * 4 + j / per] |= q << (bits * (j % per));
-        const uint32_t p = sb[size_t(i) * groups + j / group];
-        w[size_t(i) * c + j] = bf16_to_f32(uint16_t(p)) * float(q) + bf16_to_f32(uint16_t(p >> 16));
-      }
-  }
-};
-
-struct DeviceMatrix {
-  DevBuf<uint32_t> words, sb;
-  DevMatrix m;
-  explicit DeviceMatrix(const HostMatrix& h)
-      : words(h.words), sb(h.sb.empty() ? std::vector<uint32_t>{0u} : h.sb) {
-    m.w = words.get(), m.sb = sb.get(), m.rows = h.rows, m.cols = h.cols, m.units = h.units;
-    m.group = h.group, m.fmt = h.fmt;
-  }
-};
+using test::DeviceMatrix;
+using test::HostMatrix;
 
 // x̂ as the kernel should see it.
 std::vector<double> x_hat(const std::vector<float>& x, const std::vector<float>* norm, float eps) {
@@ -96,11 +53,13 @@ struct Shape {
   int rows, cols;
 };
 
-class GemvShapes : public ::testing::TestWithParam<Shape> {};
+// (shape, kernel path)
+class GemvShapes : public ::testing::TestWithParam<std::tuple<Shape, test::KernelPath>> {};
 
 TEST_P(GemvShapes, TwoTasksWithNormAndResidualMatchReference) {
   ORCHID_REQUIRE_GPU();
-  const Shape s = GetParam();
+  const Shape s = std::get<0>(GetParam());
+  test::PathMode mode(std::get<1>(GetParam()));
   std::mt19937_64 rng(std::random_device{}());
   for (bool with_norm : {false, true}) {
     HostMatrix a(s.fmt, s.rows, s.cols, rng), b(s.fmt, s.rows / 2 + 1, s.cols, rng);
@@ -121,13 +80,17 @@ TEST_P(GemvShapes, TwoTasksWithNormAndResidualMatchReference) {
   }
 }
 
+// 20000 × 2048 q4: several rounds per block of the tensor-core kernel; 600 × 4096: 8 segments.
 INSTANTIATE_TEST_SUITE_P(
     Cuda, GemvShapes,
-    ::testing::Values(Shape{DevFormat::q4, 300, 2048}, Shape{DevFormat::q4, 37, 4096},
-                      Shape{DevFormat::q4, 70, 512}, Shape{DevFormat::q4, 5, 128},
-                      Shape{DevFormat::q8, 257, 2048}, Shape{DevFormat::q8, 3, 128},
-                      Shape{DevFormat::bf16, 33, 288}, Shape{DevFormat::bf16, 9, 2048},
-                      Shape{DevFormat::bf16, 5, 4096}, Shape{DevFormat::bf16, 17, 96}));
+    ::testing::Combine(
+        ::testing::Values(Shape{DevFormat::q4, 300, 2048}, Shape{DevFormat::q4, 37, 4096},
+                          Shape{DevFormat::q4, 20000, 2048}, Shape{DevFormat::q4, 600, 4096},
+                          Shape{DevFormat::q4, 70, 512}, Shape{DevFormat::q4, 5, 128},
+                          Shape{DevFormat::q8, 257, 2048}, Shape{DevFormat::q8, 3, 128},
+                          Shape{DevFormat::bf16, 33, 288}, Shape{DevFormat::bf16, 9, 2048},
+                          Shape{DevFormat::bf16, 5, 4096}, Shape{DevFormat::bf16, 17, 96}),
+        ::testing::ValuesIn(test::kAllPaths)));
 
 // Large activations (|x| up to 3000, as outlier channels reach) keep the same relative bound.
 TEST(CudaGemv, Q4HandlesLargeActivations) {
@@ -136,13 +99,16 @@ TEST(CudaGemv, Q4HandlesLargeActivations) {
   HostMatrix a(DevFormat::q4, 64, 2048, rng);
   DeviceMatrix da(a);
   auto x = test::random_floats(2048, -3000.f, 3000.f, rng);
-  DevBuf<float> dx(x), dy(size_t(a.rows));
-  cuda::GemvParams p;
-  p.task[0] = {da.m, dy.get(), nullptr};
-  p.n_task = 1, p.x = dx.get(), p.cols = 2048;
-  ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
-  ORCHID_CUDA_OK(cudaDeviceSynchronize());
-  expect_close(a, x_hat(x, nullptr, p.eps), dy.host(), nullptr, "large x");
+  for (test::KernelPath path : test::kAllPaths) {
+    test::PathMode mode(path);
+    DevBuf<float> dx(x), dy(size_t(a.rows));
+    cuda::GemvParams p;
+    p.task[0] = {da.m, dy.get(), nullptr};
+    p.n_task = 1, p.x = dx.get(), p.cols = 2048;
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    expect_close(a, x_hat(x, nullptr, p.eps), dy.host(), nullptr, test::path_name(path).c_str());
+  }
 }
 
 TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
@@ -159,13 +125,15 @@ TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
   p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.epilogue = cuda::GemvEpilogue::argmax;
   p.ticket = ticket.get(), p.partial = partial.get(), p.token = token.get(), p.pos = pos.get();
   p.stopped = stopped.get();
-  for (int round = 0; round < 2; ++round) {  // twice: the ticket must have been reset
+  // Twice per kernel path: the ticket must have been reset.
+  for (int round = 0; round < 4; ++round) {
+    test::PathMode mode(test::kAllPaths[round / 2]);
     ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
     ORCHID_CUDA_OK(cudaDeviceSynchronize());
     auto l = logits.host();
     const int want = int(std::max_element(l.begin(), l.end()) - l.begin());
     EXPECT_EQ(token.host()[0], want);
-    EXPECT_EQ(pos.host()[0], 42 + round);
+    EXPECT_EQ(pos.host()[0], 42 + round) << test::path_name(test::kAllPaths[round / 2]);
     EXPECT_EQ(ticket.host()[0], 0u);
   }
   EXPECT_EQ(stopped.host()[0], 0);

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,11 @@ namespace orchid::cuda {
 // head; ORCHID_SPLIT_KV_KEYS=N sets the keys per range (default 128) and ORCHID_SPLIT_KV_MAX=N the
 // most ranges per head (default 128; both chosen by measurement, docs/bench.md); ORCHID_PDL=0
 // launches without programmatic dependent launch (each kernel waits for the previous one to end);
-// ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues.
+// ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues;
+// ORCHID_MMA=0 dequantizes q4 on the CUDA cores instead of multiplying on the tensor cores.
 struct Switches {
   bool graph = true;
+  bool mma = true;
   bool split_kv = true;
   bool pdl = true;
   bool fused_norm = true;
@@ -141,5 +144,10 @@ class CudaBackend final : public Backend {
   cudaEvent_t slot_ev_[2] = {nullptr, nullptr};
   static constexpr int kMaxSplit = 256, kMaxStop = 64, kPromptChunk = 4096;
 };
+
+// Time per launch, GB/s and % of `read_bw` (bytes/s) of each real GEMV / expert launch shape of
+// m, launched back to back across the layers' weights (cuda_gemv_bench.cpp).
+Expected<nlohmann::json> gemv_shape_report(const DeviceModel& m, cudaStream_t stream,
+                                           double read_bw);
 
 }  // namespace orchid::cuda

@@ -1,7 +1,7 @@
 // `orchid bench decode` on the CUDA backend: tok/s per context (synthetic KV + state), the
 // device's read-bandwidth ceiling, a per-kernel profile of one step (time, bytes, % of the
-// ceiling), the graph step against the sum of its kernels (the bubbles), and each switch's
-// matched ablation.
+// ceiling), the graph step against the sum of its kernels (the bubbles), each switch's matched
+// ablation, and each GEMV / expert launch shape's % of the ceiling.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -130,6 +130,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"split_kv", base.split_kv},
                      {"pdl", base.pdl},
                      {"fused_norm", base.fused_norm},
+                     {"mma", base.mma},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -160,16 +161,15 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                   k["pct_of_read_bw"].get<double>());
     // Matched ablations: one switch off at a time.
     nlohmann::json a = {{"all_on", 1e3 / p->step_ms}};
-    for (const char* sw : {"cuda_graph", "split_kv", "pdl", "fused_norm"}) {
+    static constexpr std::pair<const char*, bool cuda::Switches::*> kSwitches[] = {
+        {"cuda_graph", &cuda::Switches::graph},
+        {"split_kv", &cuda::Switches::split_kv},
+        {"pdl", &cuda::Switches::pdl},
+        {"fused_norm", &cuda::Switches::fused_norm},
+        {"mma", &cuda::Switches::mma}};
+    for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
-      if (std::string(sw) == "cuda_graph")
-        s.graph = false;
-      else if (std::string(sw) == "split_kv")
-        s.split_kv = false;
-      else if (std::string(sw) == "pdl")
-        s.pdl = false;
-      else
-        s.fused_norm = false;
+      s.*member = false;
       be->switches() = s;
       auto v = decode_speed(*be, n, opts.tokens);
       be->switches() = base;
@@ -181,6 +181,11 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   }
   out["profile"] = prof;
   out["ablations_tok_s"] = abl;
+  cuda::set_pdl_enabled(base.pdl);
+  cuda::set_mma_enabled(base.mma);
+  auto shapes = cuda::gemv_shape_report(be->device_model(), be->stream(), *bw);
+  if (!shapes) return shapes.error();
+  out["gemv_per_shape"] = *shapes;
   return out;
 }
 

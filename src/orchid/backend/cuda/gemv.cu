@@ -20,13 +20,8 @@ int sm_count() {
 
 namespace {
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kThreads = kPickThreads, kWarps = kThreads / 32;
 constexpr int kBlocksPerSm = 4;
-
-// Better candidate: larger value, ties to the lower index.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
-}
 
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
@@ -82,8 +77,7 @@ __global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
   const bool argmax = p.epilogue == GemvEpilogue::argmax;
   float best_v = -INFINITY;
   int best_i = 0x7fffffff;
-  uint64_t key_base = 0;
-  if (argmax && p.inv_temp > 0.f) key_base = p.seed * 0x9e3779b97f4a7c15ull + uint64_t(*p.pos);
+  const uint64_t key_base = argmax ? pick_key_base(p) : 0;
 
   for (int r0 = first; r0 < total; r0 += R * stride) {
     Batch next;
@@ -101,11 +95,7 @@ __global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
         tk.y[row] = tk.add ? tk.add[row] + acc : acc;
       } else {
         if (tk.y) tk.y[row] = acc;
-        float key = acc;
-        if (p.inv_temp > 0.f) {
-          const float u = uniform01(key_base ^ (uint64_t(rr) * 0xd1b54a32d192ed03ull));
-          key = acc * p.inv_temp - logf(-logf(u));
-        }
+        const float key = pick_key(p, key_base, acc, rr);
         if (better(key, rr, best_v, best_i)) best_v = key, best_i = rr;
       }
     }
@@ -113,50 +103,7 @@ __global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
   }
   if (p.epilogue == GemvEpilogue::store) return;
 
-  __shared__ float cand_v[kThreads];
-  __shared__ int cand_i[kThreads];
-  __shared__ bool last;
-  if (argmax) {
-    cand_v[threadIdx.x] = sl == 0 ? best_v : -INFINITY;
-    cand_i[threadIdx.x] = sl == 0 ? best_i : 0x7fffffff;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float bv = -INFINITY;
-      int bi = 0x7fffffff;
-      for (int i = 0; i < kThreads; ++i)
-        if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
-      p.partial[2 * blockIdx.x] = bv;
-      p.partial[2 * blockIdx.x + 1] = __int_as_float(bi);
-    }
-  }
-  // Publish this block's results, then let the last block to finish do the reduction.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.ticket, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  {
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int b = threadIdx.x; b < int(gridDim.x); b += kThreads) {
-      const float v = __ldcg(p.partial + 2 * b);
-      const int i = __float_as_int(__ldcg(p.partial + 2 * b + 1));
-      if (better(v, i, bv, bi)) bv = v, bi = i;
-    }
-    cand_v[threadIdx.x] = bv;
-    cand_i[threadIdx.x] = bi;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int i = 0; i < kThreads; ++i)
-        if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
-      *p.token = bi;
-      for (int s = 0; s < p.n_stop; ++s)
-        if (p.stop_ids[s] == bi && p.stopped) *p.stopped = 1;
-      ++*p.pos;
-    }
-  }
-  if (threadIdx.x == 0) *p.ticket = 0u;
+  finish_argmax(p, sl == 0 ? best_v : -INFINITY, sl == 0 ? best_i : 0x7fffffff);
 }
 
 int total_rows(const GemvParams& p) {
@@ -206,6 +153,11 @@ Status launch_gemv(const GemvParams& p, cudaStream_t s) {
     const DevMatrix& m = p.task[t].m;
     if (m.fmt != m0.fmt || m.cols != p.cols || m.units != m0.units)
       return err("gemv: the tasks of one launch must share format and columns");
+  }
+  if (mma_enabled()) {
+    Expected<bool> done = launch_mma_gemv(p, s);
+    if (!done) return done.error();
+    if (*done) return {};
   }
   const int lpr = lanes_per_row(m0.units);
   const int ni = (m0.units + lpr - 1) / lpr;

@@ -228,6 +228,79 @@ inline size_t x_hat_smem_bytes(DevFormat f, int units) {
   return size_t(units) * smem_unit_stride(unit_elems(f)) * sizeof(float);
 }
 
+// ---- lm_head pick (argmax or Gumbel-max sampling), shared by the GEMV kernels ----------------
+
+// Better candidate: larger value, ties to the lower index.
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+// The step's random key base (sampling), from the seed and the token position.
+__device__ __forceinline__ uint64_t pick_key_base(const GemvParams& p) {
+  return p.inv_temp > 0.f ? p.seed * 0x9e3779b97f4a7c15ull + uint64_t(*p.pos) : 0;
+}
+
+// What row `row` with logit `logit` competes with: the logit (greedy), or logit / T plus
+// Gumbel noise that depends only on (seed, position, row).
+__device__ __forceinline__ float pick_key(const GemvParams& p, uint64_t key_base, float logit,
+                                          int row) {
+  if (p.inv_temp <= 0.f) return logit;
+  const float u = uniform01(key_base ^ (uint64_t(row) * 0xd1b54a32d192ed03ull));
+  return logit * p.inv_temp - logf(-logf(u));
+}
+
+constexpr int kPickThreads = 256;  // block size of the kernels that call finish_argmax
+
+// Every thread passes its best (key, row); the block's best goes to p.partial, and the last
+// block to finish reduces all blocks' bests, writes the id to p.token, flags a stop id and
+// advances p.pos. PRECONDITION: blockDim.x == kPickThreads; called by every thread.
+__device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v, int best_i) {
+  __shared__ float cand_v[kPickThreads];
+  __shared__ int cand_i[kPickThreads];
+  __shared__ bool last;
+  cand_v[threadIdx.x] = best_v;
+  cand_i[threadIdx.x] = best_i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = 0; i < kPickThreads; ++i)
+      if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
+    p.partial[2 * blockIdx.x] = bv;
+    p.partial[2 * blockIdx.x + 1] = __int_as_float(bi);
+  }
+  // Publish this block's result, then let the last block to finish do the reduction.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int b = threadIdx.x; b < int(gridDim.x); b += kPickThreads) {
+    const float v = __ldcg(p.partial + 2 * b);
+    const int i = __float_as_int(__ldcg(p.partial + 2 * b + 1));
+    if (better(v, i, bv, bi)) bv = v, bi = i;
+  }
+  cand_v[threadIdx.x] = bv;
+  cand_i[threadIdx.x] = bi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kPickThreads; ++i)
+      if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
+    *p.token = bi;
+    for (int s = 0; s < p.n_stop; ++s)
+      if (p.stop_ids[s] == bi && p.stopped) *p.stopped = 1;
+    ++*p.pos;
+    *p.ticket = 0u;
+  }
+}
+
+// The q4 (group 64) GEMV on the tensor cores (mma_gemv.cu) for p, validated by launch_gemv.
+// Returns false when p is not a shape it takes (the caller falls back).
+Expected<bool> launch_mma_gemv(const GemvParams& p, cudaStream_t s);
+
 // Multiprocessors of the current device (cached).
 int sm_count();
 
