@@ -51,7 +51,8 @@ double seconds_since(Clock::time_point t0) {
 
 // `--synthetic NAME`: full-size random weights made on the GPU; decode speed per context with
 // the per-kernel report and the switches' ablations.
-int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths, int tokens,
+int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths,
+                    const std::vector<int32_t>& ablation_lengths, int tokens,
                     const std::string& out) {
 #ifdef ORCHID_HAVE_CUDA
   auto cfg = builtin_config(name);
@@ -62,6 +63,7 @@ int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths
   std::printf("%s (made in %.1f s)\n", cuda_backend_summary(**be).c_str(), seconds_since(t0));
   DecodeBenchOptions o;
   o.contexts.assign(lengths.begin(), lengths.end());
+  o.ablation_contexts.assign(ablation_lengths.begin(), ablation_lengths.end());
   o.tokens = tokens;
   auto j = cuda_decode_bench(**be, o);
   if (!j) return fail(j.message());
@@ -76,7 +78,7 @@ int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths
   if (!f) return fail("cannot write " + out);
   return 0;
 #else
-  (void)name, (void)lengths, (void)tokens, (void)out;
+  (void)name, (void)lengths, (void)ablation_lengths, (void)tokens, (void)out;
   return fail("--synthetic needs the CUDA backend, which this build does not have");
 #endif
 }
@@ -87,6 +89,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   struct Args {
     ModelOptions model;
     std::string what = "all", lengths = "256,512,1024", out, synthetic;
+    std::string ablation_lengths = "4096,32768";
     int decode_tokens = 32;
   };
   auto args = std::make_shared<Args>();
@@ -101,12 +104,22 @@ void add_bench(CLI::App& app, int& exit_code) {
   cmd->get_option("-m")->required(false);
   cmd->add_option("--synthetic", args->synthetic,
                   "decode on random full-size weights made on the GPU (e.g. qwen3.6-35b-a3b)");
+  cmd->add_option("--ablation-lengths", args->ablation_lengths,
+                  "--synthetic: contexts of the per-kernel report and the switches' ablations "
+                  "(comma-separated; 'none' skips them and the per-shape report)");
   cmd->callback([args, &exit_code] {
     auto lengths = parse_token_list(args->lengths);
     if (!lengths) return void(exit_code = fail("--lengths: " + lengths.message()));
-    if (!args->synthetic.empty())
-      return void(exit_code =
-                      bench_synthetic(args->synthetic, *lengths, args->decode_tokens, args->out));
+    if (!args->synthetic.empty()) {
+      std::vector<int32_t> ablation;
+      if (args->ablation_lengths != "none") {
+        auto a = parse_token_list(args->ablation_lengths);
+        if (!a) return void(exit_code = fail("--ablation-lengths: " + a.message()));
+        ablation = *a;
+      }
+      return void(exit_code = bench_synthetic(args->synthetic, *lengths, ablation,
+                                              args->decode_tokens, args->out));
+    }
     if (args->model.dir.empty()) return void(exit_code = fail("bench: -m DIR or --synthetic NAME"));
     auto lm = open_model(args->model);
     if (!lm) return void(exit_code = fail(lm.message()));

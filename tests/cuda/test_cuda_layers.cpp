@@ -137,7 +137,8 @@ TEST(CudaAttention, DecodeMatchesReference) {
   for (AttnCase cs : {AttnCase{16, 2, 256, 64, 0, 1}, AttnCase{16, 2, 256, 64, 40, 1},
                       AttnCase{16, 2, 256, 64, 1500, 1}, AttnCase{16, 2, 256, 64, 1500, 8},
                       AttnCase{16, 2, 256, 64, 9000, 64}, AttnCase{6, 2, 48, 24, 77, 1},
-                      AttnCase{6, 2, 48, 24, 77, 4}}) {
+                      AttnCase{6, 2, 48, 24, 77, 4}, AttnCase{6, 2, 64, 32, 77, 4},
+                      AttnCase{4, 4, 128, 64, 300, 2}}) {
     const int G = cs.nh / cs.nkv, hd = cs.hd, cap = cs.pos + 1;
     auto qg = test::random_floats(size_t(cs.nh) * 2 * hd, -1.f, 1.f, rng);
     auto k = test::random_floats(size_t(cs.nkv) * hd, -1.f, 1.f, rng);
@@ -162,8 +163,16 @@ TEST(CudaAttention, DecodeMatchesReference) {
     p.kc = dkc.get(), p.vc = dvc.get(), p.pos = dpos.get(), p.out = dout.get();
     p.n_split = cs.n_split, p.part_acc = pacc.get(), p.part_ml = pml.get();
     ASSERT_TRUE(cuda::launch_qk_norm_rope_kv(p, nullptr).ok());
-    ASSERT_TRUE(cuda::launch_attention_decode(p, nullptr).ok());
-    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    // Both score paths (CUDA cores, tensor cores) on the same normed q and cache.
+    std::vector<std::vector<float>> outs;
+    const bool saved_mma = cuda::attention_mma_enabled();
+    for (bool mma : {false, true}) {
+      cuda::set_attention_mma_enabled(mma);
+      ASSERT_TRUE(cuda::launch_attention_decode(p, nullptr).ok());
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      outs.push_back(dout.host());
+    }
+    cuda::set_attention_mma_enabled(saved_mma);
     // Reference: norm + RoPE (double), the new row rounded to bf16 into the cache.
     auto norm_rope = [&](const float* x, const std::vector<float>& w, std::vector<double>& y) {
       double ss = 0;
@@ -198,7 +207,6 @@ TEST(CudaAttention, DecodeMatchesReference) {
       }
     EXPECT_EQ(dvc.host(), vc) << "V cache row";
     kc = got_kc;
-    auto out = dout.host();
     int bad = 0;
     for (int h = 0; h < cs.nh; ++h) {
       const int g = h / G;
@@ -220,9 +228,13 @@ TEST(CudaAttention, DecodeMatchesReference) {
         for (int j = 0; j <= cs.pos; ++j)
           a += sc[size_t(j)] * bf16_to_f32(vc[(size_t(j) * cs.nkv + g) * hd + d]);
         const double want = a / l * sigm(qg[size_t(h) * 2 * hd + hd + d]);
-        if (std::fabs(out[size_t(h) * hd + d] - want) > 1e-4 && bad++ < 5)
-          ADD_FAILURE() << "pos " << cs.pos << " split " << cs.n_split << " head " << h << " dim "
-                        << d << ": " << out[size_t(h) * hd + d] << " vs " << want;
+        for (size_t k = 0; k < outs.size(); ++k) {
+          const float got = outs[k][size_t(h) * hd + d];
+          if (std::fabs(got - want) > 1e-4 && bad++ < 5)
+            ADD_FAILURE() << (k ? "tensor cores" : "CUDA cores") << " pos " << cs.pos << " split "
+                          << cs.n_split << " head " << h << " dim " << d << ": " << got << " vs "
+                          << want;
+        }
       }
     }
   }

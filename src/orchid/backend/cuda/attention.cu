@@ -3,6 +3,8 @@
 // per (KV head, KV range); each K/V row is loaded once for all query heads of its GQA group
 // (lane ℓ holds dims [8ℓ, 8ℓ+8)); tiles of 32 keys per warp with an online softmax. With more
 // than one range per head a combine kernel merges the ranges and applies the sigmoid gate.
+// attention_mma_kernel (default for head sizes 64, 128, 256) does both products on tensor cores.
+#include <atomic>
 #include <cmath>
 
 #include "orchid/backend/cuda/device_common.cuh"
@@ -58,6 +60,38 @@ __device__ __forceinline__ uint4 load_row(const uint16_t* src, bool ok) {
 __device__ __forceinline__ void unpack8(uint4 u, float (&out)[8]) {
   out[0] = bf16_lo(u.x), out[1] = bf16_hi(u.x), out[2] = bf16_lo(u.y), out[3] = bf16_hi(u.y);
   out[4] = bf16_lo(u.z), out[5] = bf16_hi(u.z), out[6] = bf16_lo(u.w), out[7] = bf16_hi(u.w);
+}
+
+// After a block's warps have left (m, l) per head in s_ml and their accumulators in s_acc:
+// the block's result per query head of the group — the gated output (one range) or the range's
+// partial for the combine kernel.
+template <int G>
+__device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int split, int n_split,
+                                                const float (&s_ml)[kAttnWarps][G][2],
+                                                const float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
+  const int hd = p.hd;
+  const int gq = G * hd;
+  const bool direct = n_split == 1;
+  for (int i = threadIdx.x; i < gq; i += blockDim.x) {
+    const int h = i / hd, d = i % hd;
+    float mx = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_ml[w][h][0]);
+    float ls = 0.f, a = 0.f;
+    for (int w = 0; w < kAttnWarps; ++w) {
+      const float f = s_ml[w][h][0] == -INFINITY ? 0.f : expf(s_ml[w][h][0] - mx);
+      ls += s_ml[w][h][1] * f;
+      a += s_acc[w][h][d] * f;
+    }
+    const int head = g * G + h;
+    if (direct) {
+      const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
+      p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
+    } else {
+      const size_t slot = (size_t(g) * n_split + split) * G + h;
+      p.part_acc[slot * hd + d] = a;
+      if (d == 0) p.part_ml[slot * 2] = mx, p.part_ml[slot * 2 + 1] = ls;
+    }
+  }
 }
 
 template <int G>
@@ -162,28 +196,170 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       for (int e = 0; e < 8; ++e) s_acc[warp][h][lane * 8 + e] = acc[h][e];
   }
   __syncthreads();
-  const int gq = G * hd;
-  const bool direct = n_split == 1;
-  for (int i = threadIdx.x; i < gq; i += blockDim.x) {
-    const int h = i / hd, d = i % hd;
-    float mx = -INFINITY;
-    for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_ml[w][h][0]);
-    float ls = 0.f, a = 0.f;
-    for (int w = 0; w < kAttnWarps; ++w) {
-      const float f = s_ml[w][h][0] == -INFINITY ? 0.f : expf(s_ml[w][h][0] - mx);
-      ls += s_ml[w][h][1] * f;
-      a += s_acc[w][h][d] * f;
+  merge_and_store<G>(p, g, split, n_split, s_ml, s_acc);
+}
+
+// The same on tensor cores (ORCHID_MMA_ATTENTION=0: the kernel above), for head sizes 64, 128,
+// 256 and groups of at most 8 query heads; per warp and tile of 32 keys, as mma.m16n8k16 with
+// bf16 inputs and fp32 accumulators:
+//  - S = Q · Kᵀ: A rows 0-7 hold the group's queries rounded to bf16, rows 8-15 the rounding
+//    remainders, so S = C[h] + C[h + 8] is as exact as an fp32 dot with the bf16 keys; B is a K
+//    row as stored (lane 4g + t loads dims [8t, 8t + 8) of each 32-dim block of key g; the mma's
+//    k order is permuted to match, in Q too). Lane 4g + t ends with head g's scores of keys
+//    2t, 2t + 1 of each 8-key column block, where the online softmax runs.
+//  - Oᵀ += Vᵀ · Pᵀ per 8 keys: B = P, which is exactly those registers (k slots 0-7: P rounded to
+//    bf16, 8-15: its remainders, against the same V rows); A = Vᵀ, whose rows (output dims) are
+//    permuted so that lane 4g + t reads dims [HD/8 · g, HD/8 · (g + 1)) of keys 2t and 2t + 1 as
+//    contiguous 16-byte loads and pairs them with one byte permute per fragment register.
+// The output accumulators (16 dims × 8 heads per mma) waste nothing; lane 4g + t holds heads
+// 2t, 2t + 1 at dims HD/8 · g + [0, HD/8).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return uint32_t(float_to_bf16_bits(lo)) | (uint32_t(float_to_bf16_bits(hi)) << 16);
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+template <int G, int HD>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention_mma_kernel(const __grid_constant__ AttnParams p) {
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  constexpr int kBlocks = HD / 32;  // 32-dim blocks of a row (q·k)
+  constexpr int kMt = HD / 16;      // 16-dim output tiles (P·V)
+  constexpr int kWords = HD / 16;   // bf16 pairs of a row a lane reads for P·V
+  const int g = blockIdx.x, split = blockIdx.y, n_split = gridDim.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, t = lane & 3;
+  const int nkv = p.n_head_kv;
+  const int n_keys = *p.pos + 1;
+  const float scale = rsqrtf(float(HD));
+  const int n_tiles = (n_keys + kTile - 1) / kTile;
+  const int tiles_per = (n_tiles + n_split - 1) / n_split;
+  const int t_begin = split * tiles_per, t_end = min(n_tiles, t_begin + tiles_per);
+
+  // A fragments of Q (hi, lo) for every (32-dim block, half) and lane, built by the block.
+  __shared__ uint4 s_qa[kBlocks * 2][32];
+  for (int i = threadIdx.x; i < kBlocks * 2 * 32; i += blockDim.x) {
+    const int bc = i >> 5, ln = i & 31, head = ln >> 2, tt = ln & 3;
+    const int d0 = (bc >> 1) * 32 + 8 * tt + 4 * (bc & 1);
+    float hi[4] = {0.f, 0.f, 0.f, 0.f}, lo[4] = {0.f, 0.f, 0.f, 0.f};
+    if (head < G) {
+      const float* qh = p.qg + size_t(g * G + head) * 2 * HD + d0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = qh[e] * scale;
+        hi[e] = bf16_bits_to_float(float_to_bf16_bits(v));
+        lo[e] = v - hi[e];
+      }
     }
-    const int head = g * G + h;
-    if (direct) {
-      const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
-      p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
-    } else {
-      const size_t slot = (size_t(g) * n_split + split) * G + h;
-      p.part_acc[slot * hd + d] = a;
-      if (d == 0) p.part_ml[slot * 2] = mx, p.part_ml[slot * 2 + 1] = ls;
+    s_qa[bc][ln] = make_uint4(pack_bf16(hi[0], hi[1]), pack_bf16(lo[0], lo[1]),
+                              pack_bf16(hi[2], hi[3]), pack_bf16(lo[2], lo[3]));
+  }
+  __syncthreads();
+
+  float acc[kMt][4] = {};  // Oᵀ: [dims HD/8·gq + i (c0, c1), + kMt + i (c2, c3)] × heads 2t, 2t+1
+  float m = -INFINITY, l = 0.f;  // head gq's running max and sum
+  const size_t row_stride = size_t(nkv) * HD;
+  const uint16_t* kbase = p.kc + size_t(g) * HD + 8 * t;
+  const uint16_t* vbase = p.vc + size_t(g) * HD + (HD / 8) * gq;
+
+  for (int tile = t_begin + warp; tile < t_end; tile += kAttnWarps) {
+    const int j0 = tile * kTile;
+    float c[4][4] = {};
+#pragma unroll 2
+    for (int b = 0; b < kBlocks; ++b) {
+      uint4 kr[4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+        kr[nt] = __ldg(reinterpret_cast<const uint4*>(
+            kbase + size_t(min(j0 + nt * 8 + gq, n_keys - 1)) * row_stride + 32 * b));
+      const uint4 a0 = s_qa[2 * b][lane], a1 = s_qa[2 * b + 1][lane];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        mma_bf16_16816(c[nt], a0, kr[nt].x, kr[nt].y);
+        mma_bf16_16816(c[nt], a1, kr[nt].z, kr[nt].w);
+      }
+    }
+    // Head gq's scores of keys j0 + 8 nt + 2t (+1); past the last key: -inf.
+    float sc[4][2], mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = j0 + nt * 8 + 2 * t + e;
+        sc[nt][e] = key < n_keys ? c[nt][e] + c[nt][e + 2] : -INFINITY;
+        mx = fmaxf(mx, sc[nt][e]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);
+    const float corr = expf(m - m_new);
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sc[nt][e] = expf(sc[nt][e] - m_new);  // 0 past the last key
+        sum += sc[nt][e];
+      }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    l = l * corr + sum;
+    m = m_new;
+    // This lane's output heads 2t, 2t + 1 take their corrections from lanes 8t and 8t + 4.
+    const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * t);
+    const float corr_b = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+#pragma unroll
+    for (int i = 0; i < kMt; ++i) {
+      acc[i][0] *= corr_a, acc[i][2] *= corr_a;
+      acc[i][1] *= corr_b, acc[i][3] *= corr_b;
+    }
+#pragma unroll 2
+    for (int nt = 0; nt < 4; ++nt) {
+      const int ka = min(j0 + nt * 8 + 2 * t, n_keys - 1), kb = min(ka + 1, n_keys - 1);
+      uint32_t ra[kWords], rb[kWords];
+#pragma unroll
+      for (int w = 0; w < kWords; w += 4) {
+        const uint4 x =
+            __ldg(reinterpret_cast<const uint4*>(vbase + size_t(ka) * row_stride) + w / 4);
+        const uint4 y =
+            __ldg(reinterpret_cast<const uint4*>(vbase + size_t(kb) * row_stride) + w / 4);
+        ra[w] = x.x, ra[w + 1] = x.y, ra[w + 2] = x.z, ra[w + 3] = x.w;
+        rb[w] = y.x, rb[w + 1] = y.y, rb[w + 2] = y.z, rb[w + 3] = y.w;
+      }
+      const float p0 = sc[nt][0], p1 = sc[nt][1];
+      const float h0 = bf16_bits_to_float(float_to_bf16_bits(p0));
+      const float h1 = bf16_bits_to_float(float_to_bf16_bits(p1));
+      const uint32_t b_hi = pack_bf16(h0, h1), b_lo = pack_bf16(p0 - h0, p1 - h1);
+#pragma unroll
+      for (int i = 0; i < kMt; ++i) {
+        const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // the same half of both rows' words
+        const uint32_t lo_dims = __byte_perm(ra[i / 2], rb[i / 2], sel);
+        const uint32_t hi_dims = __byte_perm(ra[kMt / 2 + i / 2], rb[kMt / 2 + i / 2], sel);
+        mma_bf16_16816(acc[i], make_uint4(lo_dims, hi_dims, lo_dims, hi_dims), b_hi, b_lo);
+      }
     }
   }
+
+  // Merge the warps as attention_kernel does; head h's (m, l) sit in lanes 4h … 4h + 3.
+  __shared__ float s_ml[kAttnWarps][G][2];
+  __shared__ float s_acc[kAttnWarps][G][kMaxHeadDim];
+  if (t == 0 && gq < G) s_ml[warp][gq][0] = m, s_ml[warp][gq][1] = l;
+#pragma unroll
+  for (int i = 0; i < kMt; ++i) {
+    const int d_lo = (HD / 8) * gq + i, d_hi = d_lo + kMt;
+    if (2 * t < G) s_acc[warp][2 * t][d_lo] = acc[i][0], s_acc[warp][2 * t][d_hi] = acc[i][2];
+    if (2 * t + 1 < G)
+      s_acc[warp][2 * t + 1][d_lo] = acc[i][1], s_acc[warp][2 * t + 1][d_hi] = acc[i][3];
+  }
+  __syncthreads();
+  merge_and_store<G>(p, g, split, n_split, s_ml, s_acc);
 }
 
 // Merges the per-range partials of every (KV head, group head) and applies the output gate.
@@ -229,15 +405,37 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
 }
 
 template <int G>
+Status launch_scores(const AttnParams& p, cudaStream_t s) {
+  const dim3 grid(p.n_head_kv, p.n_split), block(kAttnWarps * 32);
+  if (attention_mma_enabled()) {
+    if (p.hd == 256)
+      return launch("attention (mma)", attention_mma_kernel<G, 256>, grid, block, 0, s, p);
+    if (p.hd == 128)
+      return launch("attention (mma)", attention_mma_kernel<G, 128>, grid, block, 0, s, p);
+    if (p.hd == 64)
+      return launch("attention (mma)", attention_mma_kernel<G, 64>, grid, block, 0, s, p);
+  }
+  return launch("attention", attention_kernel<G>, grid, block, 0, s, p);
+}
+
+template <int G>
 Status launch_g(const AttnParams& p, cudaStream_t s) {
-  ORCHID_TRY(launch("attention", attention_kernel<G>, dim3(p.n_head_kv, p.n_split),
-                    dim3(kAttnWarps * 32), 0, s, p));
+  ORCHID_TRY(launch_scores<G>(p, s));
   if (p.n_split == 1) return {};
   return launch("attention combine", attention_combine_kernel, dim3(p.n_head_kv * G),
                 dim3((p.hd + 31) / 32 * 32 * kCombineParts), 0, s, p, G);
 }
 
+std::atomic<bool> g_attention_mma{true};
+
 }  // namespace
+
+bool attention_mma_enabled() {
+  return g_attention_mma.load(std::memory_order_relaxed);
+}
+void set_attention_mma_enabled(bool on) {
+  g_attention_mma.store(on, std::memory_order_relaxed);
+}
 
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s) {
   if (p.hd > kMaxHeadDim || p.hd % 8 != 0) return err("attention: head_dim ", p.hd);

@@ -26,10 +26,12 @@ namespace orchid::cuda {
 // most ranges per head (default 128; both chosen by measurement, docs/bench.md); ORCHID_PDL=0
 // launches without programmatic dependent launch (each kernel waits for the previous one to end);
 // ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues;
-// ORCHID_MMA=0 dequantizes q4 on the CUDA cores instead of multiplying on the tensor cores.
+// ORCHID_MMA=0 runs the lm_head GEMV on the CUDA cores instead of the tensor cores;
+// ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores.
 struct Switches {
   bool graph = true;
   bool mma = true;
+  bool mma_attention = true;
   bool split_kv = true;
   bool pdl = true;
   bool fused_norm = true;

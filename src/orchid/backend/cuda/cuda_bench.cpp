@@ -131,6 +131,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"pdl", base.pdl},
                      {"fused_norm", base.fused_norm},
                      {"mma", base.mma},
+                     {"mma_attention", base.mma_attention},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -162,11 +163,9 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
     // Matched ablations: one switch off at a time.
     nlohmann::json a = {{"all_on", 1e3 / p->step_ms}};
     static constexpr std::pair<const char*, bool cuda::Switches::*> kSwitches[] = {
-        {"cuda_graph", &cuda::Switches::graph},
-        {"split_kv", &cuda::Switches::split_kv},
-        {"pdl", &cuda::Switches::pdl},
-        {"fused_norm", &cuda::Switches::fused_norm},
-        {"mma", &cuda::Switches::mma}};
+        {"cuda_graph", &cuda::Switches::graph}, {"split_kv", &cuda::Switches::split_kv},
+        {"pdl", &cuda::Switches::pdl},          {"fused_norm", &cuda::Switches::fused_norm},
+        {"mma", &cuda::Switches::mma},          {"mma_attention", &cuda::Switches::mma_attention}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;
@@ -181,6 +180,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   }
   out["profile"] = prof;
   out["ablations_tok_s"] = abl;
+  if (opts.ablation_contexts.empty()) return out;
   cuda::set_pdl_enabled(base.pdl);
   cuda::set_mma_enabled(base.mma);
   auto shapes = cuda::gemv_shape_report(be->device_model(), be->stream(), *bw);

@@ -135,6 +135,10 @@ constexpr int kMaxGqaGroup = 8, kMaxHeadDim = 256;
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s);
 // The attention kernel, then (n_split > 1) the kernel merging the ranges.
 Status launch_attention_decode(const AttnParams& p, cudaStream_t s);
+// Whether decode attention multiplies on the tensor cores (default; head sizes 64, 128, 256) or
+// on the CUDA cores. Process-wide; the backend sets it from its switch.
+bool attention_mma_enabled();
+void set_attention_mma_enabled(bool on);
 
 // ---- Gated DeltaNet (one token) -------------------------------------------------------------
 
