@@ -217,9 +217,9 @@ Status cuda_device_usable() {
   if (n == 0) return err("no CUDA device found");
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return err("cannot query the CUDA device");
-  if (p.major < 9)
-    return err("the CUDA backend is built for compute capability 9.0 (Hopper); ", p.name, " has ",
-               p.major, ".", p.minor);
+  if (p.major < 8)
+    return err("the CUDA backend needs compute capability 8.0 or later (Ampere, Hopper); ", p.name,
+               " has ", p.major, ".", p.minor);
   return {};
 }
 

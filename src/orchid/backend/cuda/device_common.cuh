@@ -14,12 +14,17 @@ namespace orchid::cuda {
 // Programmatic dependent launch (Hopper). A kernel launched through launch() may start while
 // the kernel before it in the stream is finishing. It must call grid_dep_wait() before reading
 // anything earlier kernels wrote and before writing anything; before the wait it may only read
-// weights. grid_dep_release() lets the next kernel start launching.
+// weights. grid_dep_release() lets the next kernel start launching. Code for earlier GPUs has
+// neither instruction, and launch() never asks for the overlap there (pdl_supported()).
 __device__ __forceinline__ void grid_dep_wait() {
+#if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void grid_dep_release() {
+#if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // Launches `kernel` on `s`, with programmatic dependent launch when enabled.
@@ -29,7 +34,7 @@ Status launch(const char* what, void (*kernel)(KernelParams...), dim3 grid, dim3
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
   cudaLaunchAttribute attr[1];
-  if (pdl_enabled()) {
+  if (pdl_enabled() && pdl_supported()) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr, cfg.numAttrs = 1;

@@ -166,6 +166,9 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s);
 // sets it from its switch). Process-wide.
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
+// Whether this device runs kernel code with the dependency instructions (Hopper code on a
+// compute capability 9.x device); otherwise launches never overlap. Cached.
+bool pdl_supported();
 // Whether q4 GEMVs (group 64) of at least mma_min_rows() rows (default 32768: the lm_head)
 // multiply on the tensor cores (default) or dequantize on the CUDA cores (the ablation).
 // Process-wide; the backend sets the first from its switch, tests the second.

@@ -20,6 +20,26 @@ void set_pdl_enabled(bool on) {
   g_pdl.store(on, std::memory_order_relaxed);
 }
 
+namespace {
+__global__ void arch_probe_kernel() {}
+}  // namespace
+
+bool pdl_supported() {
+  static const bool ok = [] {
+    int dev = 0;
+    cudaDeviceProp p{};
+    cudaFuncAttributes a{};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess ||
+        cudaFuncGetAttributes(&a, arch_probe_kernel) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    // The code the device runs was compiled for 9.0 or later (not sm_80 code through PTX JIT).
+    return p.major >= 9 && a.ptxVersion >= 90;
+  }();
+  return ok;
+}
+
 int resident_blocks(const void* kernel, int threads, size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, size_t>, int> cache;
