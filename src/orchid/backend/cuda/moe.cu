@@ -12,17 +12,23 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-// MoE routing by one block (blockDim ≥ 32): softmax over n_expert logits; each expert's rank
-// (how many beat it: higher probability, or equal with a lower id — the CPU's order) computed by
-// all threads at once, so the top_k need no serial rounds; renormalised weights; slot top_k is
-// the shared expert (id n_expert) with its sigmoid gate. Results in shared memory (sel, w).
-// Ends with a barrier.
+// MoE routing by one block (blockDim ≥ 32): softmax over n_expert logits; the top_k by rank
+// (how many beat an expert: higher probability, or equal with a lower id — the CPU's order),
+// computed by all threads at once in two levels: each expert's rank within its chunk of 32, then
+// the chunk winners' ranks among all chunk winners (every global top-k expert wins in its chunk,
+// and those it loses to are winners too), 32 + chunks·k comparisons per thread instead of
+// n_expert. Renormalised weights; slot top_k is the shared expert (id n_expert) with its
+// sigmoid gate. Results in shared memory (sel, w). Ends with a barrier.
+// PRECONDITION: n_expert ≤ 1024, top_k ≤ 31.
 __device__ void route_block(const MoeParams& p, int* sel, float* w) {
   const float* logits = p.logits;
   const int E = p.n_expert, k = p.top_k;
   __shared__ float prob[1024];
+  __shared__ float cand_v[1024];  // chunk winners: [chunk][local rank < k]
+  __shared__ int cand_e[1024];
   __shared__ float scratch[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
+  const int n_chunk = (E + 31) / 32, n_cand = n_chunk * k;
   float mx = -INFINITY;
   for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, logits[e]);
   mx = warp_max(mx);
@@ -35,16 +41,30 @@ __device__ void route_block(const MoeParams& p, int* sel, float* w) {
     prob[e] = v;
     sum += v;
   }
-  sum = block_sum(sum, scratch);  // barrier inside: prob[] complete
+  for (int i = threadIdx.x; i < n_cand; i += blockDim.x) cand_v[i] = -1.f, cand_e[i] = 0x7fffffff;
+  sum = block_sum(sum, scratch);  // barrier inside: prob[] and the empty winners complete
   for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] /= sum;
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const float v = prob[e];
+    const int c0 = e & ~31, c1 = min(E, c0 + 32);
     int rank = 0;
-#pragma unroll 8
-    for (int o = 0; o < E; ++o) {
+    for (int o = c0; o < c1; ++o) {
       const float u = prob[o];
       rank += (u > v) || (u == v && o < e);
+    }
+    if (rank < k) cand_v[(c0 >> 5) * k + rank] = v, cand_e[(c0 >> 5) * k + rank] = e;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_cand; i += blockDim.x) {
+    const float v = cand_v[i];
+    const int e = cand_e[i];
+    if (v < 0.f) continue;  // a chunk with fewer than k experts
+    int rank = 0;
+#pragma unroll 8
+    for (int j = 0; j < n_cand; ++j) {
+      const float u = cand_v[j];
+      rank += (u > v) || (u == v && cand_e[j] < e);
     }
     if (rank < k) w[rank] = v, sel[rank] = e;
   }
