@@ -1,5 +1,6 @@
-// MoE experts with MLX 4-bit weights (group 64), routed from random logits, against a
-// double-precision reference on fresh random inputs.
+// MoE experts with MLX 4-bit weights (group 64), routed from random logits (in the gate/up
+// prologue, or by the routing kernel of its own), against a double-precision reference on fresh
+// random inputs.
 // Bounds (ε = 1e-4, against fp32 sums of exact products ~1e-7 · Σ|terms|): gate g and up u each
 // within ε · Σ|w·x̂|,
 // so act = silu(g) · u within ε · (1.1 |u| Σ|gate·x̂| + |silu(g)| Σ|up·x̂|) + 1e-7; residual
@@ -27,11 +28,12 @@ struct Case {
   int E, k, ff, H;
 };
 
-class MoeQ4 : public ::testing::TestWithParam<Case> {};
+// (shape, routing in a kernel of its own instead of the gate/up prologue)
+class MoeQ4 : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
 
 TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   ORCHID_REQUIRE_GPU();
-  const Case cs = GetParam();
+  const auto [cs, separate_routing] = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const int S = cs.k + 1;  // routed slots + the shared expert (stacked as expert E)
   HostMatrix gate(DevFormat::q4, (cs.E + 1) * cs.ff, cs.H, rng),
@@ -50,6 +52,10 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   p.n_ff = cs.ff, p.n_embd = cs.H, p.n_slot = S, p.x = dx.get(), p.norm = dn.get();
   p.logits = dl.get(), p.n_expert = cs.E, p.top_k = cs.k;
   p.sel = dsel.get(), p.sel_w = dsw.get(), p.act = dact.get(), p.h = dh.get();
+  if (separate_routing) {
+    ASSERT_TRUE(cuda::launch_moe_route(p, nullptr).ok());
+    p.logits = nullptr;  // the expert launches read sel / sel_w
+  }
   ASSERT_TRUE(cuda::launch_moe_gate_up(p, nullptr).ok());
   ASSERT_TRUE(cuda::launch_moe_down(p, nullptr).ok());
   ORCHID_CUDA_OK(cudaDeviceSynchronize());
@@ -112,7 +118,9 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
 // The real shape (256 experts would only make the weights larger: 16 cover the indexing), and a
 // small one with a single 64-input group per row and an odd expert count.
 INSTANTIATE_TEST_SUITE_P(Cuda, MoeQ4,
-                         ::testing::Values(Case{16, 8, 512, 2048}, Case{5, 3, 64, 128}));
+                         ::testing::Combine(::testing::Values(Case{16, 8, 512, 2048},
+                                                              Case{5, 3, 64, 128}),
+                                            ::testing::Bool()));
 
 }  // namespace
 }  // namespace orchid

@@ -27,11 +27,13 @@ namespace orchid::cuda {
 // launches without programmatic dependent launch (each kernel waits for the previous one to end);
 // ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues;
 // ORCHID_MMA=0 runs the lm_head GEMV on the CUDA cores instead of the tensor cores;
-// ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores.
+// ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores;
+// ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue.
 struct Switches {
   bool graph = true;
   bool mma = true;
   bool mma_attention = true;
+  bool fused_routing = true;
   bool split_kv = true;
   bool pdl = true;
   bool fused_norm = true;

@@ -132,6 +132,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"fused_norm", base.fused_norm},
                      {"mma", base.mma},
                      {"mma_attention", base.mma_attention},
+                     {"fused_routing", base.fused_routing},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -163,9 +164,13 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
     // Matched ablations: one switch off at a time.
     nlohmann::json a = {{"all_on", 1e3 / p->step_ms}};
     static constexpr std::pair<const char*, bool cuda::Switches::*> kSwitches[] = {
-        {"cuda_graph", &cuda::Switches::graph}, {"split_kv", &cuda::Switches::split_kv},
-        {"pdl", &cuda::Switches::pdl},          {"fused_norm", &cuda::Switches::fused_norm},
-        {"mma", &cuda::Switches::mma},          {"mma_attention", &cuda::Switches::mma_attention}};
+        {"cuda_graph", &cuda::Switches::graph},
+        {"split_kv", &cuda::Switches::split_kv},
+        {"pdl", &cuda::Switches::pdl},
+        {"fused_norm", &cuda::Switches::fused_norm},
+        {"mma", &cuda::Switches::mma},
+        {"mma_attention", &cuda::Switches::mma_attention},
+        {"fused_routing", &cuda::Switches::fused_routing}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;

@@ -150,6 +150,11 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
       sh.act = act_ + int64_t(c_.n_expert_used) * act_stride_;
       sh.logits = nullptr;  // routed by the first launch
     }
+    if (!sw_.fused_routing) {
+      ORCHID_TRY(launch_moe_route(e, stream_));
+      if (prof) prof->mark("moe routing", 0);
+      e.logits = nullptr;  // gate/up and down read sel / sel_w
+    }
     ORCHID_TRY(launch_moe_gate_up(e, stream_));
     if (prof)
       prof->mark("moe gate/up", (matrix_bytes(L.gate) + matrix_bytes(L.up)) / stacked * e.n_slot);
@@ -193,6 +198,7 @@ Status CudaBackend::run_step(CudaState& st, bool head, const PickConfig& pick) {
   const std::string key = std::to_string(n_split) + "/" + std::to_string(sw_.pdl) + "/" +
                           std::to_string(sw_.fused_norm) + "/" + std::to_string(sw_.mma) + "/" +
                           std::to_string(sw_.mma_attention) + "/" +
+                          std::to_string(sw_.fused_routing) + "/" +
                           std::to_string(pick.want_logits) + "/" + std::to_string(pick.n_stop) +
                           "/" + std::to_string(pick.inv_temp) + "/" + std::to_string(pick.seed);
   if (!g.exec || g.key != key) {

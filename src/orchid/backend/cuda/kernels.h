@@ -109,6 +109,9 @@ struct MoeParams {
 };
 Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s);
 Status launch_moe_down(const MoeParams& p, cudaStream_t s);
+// The routing alone, by one block, into sel / sel_w (for a gate/up launch without logits): the
+// ablation of routing in the gate/up prologue.
+Status launch_moe_route(const MoeParams& p, cudaStream_t s);
 
 // ---- Gated attention (decode) -----------------------------------------------------------------
 

@@ -174,6 +174,19 @@ __global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int ac
   }
 }
 
+// Routing on its own (the ablation of routing in the gate/up prologue): one block publishes
+// sel / sel_w for a gate/up launch without logits.
+__global__ void __launch_bounds__(kThreads) route_kernel(const __grid_constant__ MoeParams p) {
+  __shared__ int sel[32];
+  __shared__ float sel_w[32];
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  route_block(p, sel, sel_w);
+  if (int(threadIdx.x) <= p.top_k)
+    p.sel[threadIdx.x] = sel[threadIdx.x], p.sel_w[threadIdx.x] = sel_w[threadIdx.x];
+}
+
 // Activation row stride: n_ff rounded up to the widest unit, so every slot's row is aligned.
 int act_stride_of(const MoeParams& p) {
   return (p.n_ff + 31) / 32 * 32;
@@ -231,9 +244,20 @@ struct Down {
 
 }  // namespace
 
-Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s) {
+Status check_routing(const MoeParams& p) {
   if (p.logits && (p.n_expert > 1024 || p.top_k + 1 > 32 || !p.sel || !p.sel_w || p.slot_begin))
     return err("moe: routing of ", p.n_expert, " experts, top ", p.top_k, " is not supported");
+  return {};
+}
+
+Status launch_moe_route(const MoeParams& p, cudaStream_t s) {
+  if (!p.logits) return err("moe: routing needs logits");
+  ORCHID_TRY(check_routing(p));
+  return launch("moe routing", route_kernel, dim3(1), dim3(kThreads), 0, s, p);
+}
+
+Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s) {
+  ORCHID_TRY(check_routing(p));
   if (p.gate.fmt != p.up.fmt || p.gate.units != p.up.units || p.gate.cols != p.n_embd)
     return err("moe: gate and up must share format and shape");
   return dispatch<GateUp>(p.gate, p, s);
