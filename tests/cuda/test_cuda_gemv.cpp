@@ -6,9 +6,9 @@
 // expected error is ~1.4e-4 · √Σ(w·x)², below 2e-5 · Σ|w·x| from 128 columns up.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "cuda_test_matrix.h"
+#include "cuda_test_reference.h"
 #include "cuda_test_util.h"
 #include "orchid/backend/cuda/kernels.h"
 
@@ -19,17 +19,7 @@ using cuda::DevFormat;
 using test::DevBuf;
 using test::DeviceMatrix;
 using test::HostMatrix;
-
-// x̂ as the kernel should see it.
-std::vector<double> x_hat(const std::vector<float>& x, const std::vector<float>* norm, float eps) {
-  std::vector<double> v(x.begin(), x.end());
-  if (!norm) return v;
-  double ss = 0;
-  for (double a : v) ss += a * a;
-  const double inv = 1.0 / std::sqrt(ss / double(v.size()) + eps);
-  for (size_t i = 0; i < v.size(); ++i) v[i] *= inv * (*norm)[i];
-  return v;
-}
+using test::x_hat;
 
 void expect_close(const HostMatrix& h, const std::vector<double>& xh, const std::vector<float>& got,
                   const std::vector<float>* add, const char* what) {
@@ -165,24 +155,15 @@ TEST(CudaRouting, GateUpPicksTopKRenormalisesAndAddsTheSharedSlot) {
     m.sel = sel.get(), m.sel_w = sel_w.get(), m.act = act.get();
     ASSERT_TRUE(cuda::launch_moe_gate_up(m, nullptr).ok());
     ORCHID_CUDA_OK(cudaDeviceSynchronize());
-    auto l = logits.host();
-    std::vector<double> prob(static_cast<size_t>(E));
-    const double mx = *std::max_element(l.begin(), l.begin() + E);
-    double sum = 0;
-    for (int e = 0; e < E; ++e) sum += prob[size_t(e)] = std::exp(l[size_t(e)] - mx);
-    std::vector<int> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
-    double top = 0;
-    for (int i = 0; i < k; ++i) top += prob[size_t(order[size_t(i)])];
+    const test::Routing want = test::reference_routing(logits.host(), E, k);
     auto s = sel.host();
     auto w = sel_w.host();
     for (int i = 0; i < k; ++i) {
-      EXPECT_EQ(s[size_t(i)], order[size_t(i)]) << "slot " << i;
-      EXPECT_NEAR(w[size_t(i)], prob[size_t(order[size_t(i)])] / top, 1e-5);
+      EXPECT_EQ(s[size_t(i)], want.sel[size_t(i)]) << "slot " << i;
+      EXPECT_NEAR(w[size_t(i)], want.w[size_t(i)], 1e-5);
     }
     EXPECT_EQ(s[size_t(k)], E);
-    EXPECT_NEAR(w[size_t(k)], 1.0 / (1.0 + std::exp(-double(l[size_t(E)]))), 1e-6);
+    EXPECT_NEAR(w[size_t(k)], want.w[size_t(k)], 1e-6);
   }
 }
 

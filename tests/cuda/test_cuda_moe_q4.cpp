@@ -5,11 +5,10 @@
 // within ε · Σ|w·x̂|,
 // so act = silu(g) · u within ε · (1.1 |u| Σ|gate·x̂| + |silu(g)| Σ|up·x̂|) + 1e-7; residual
 // rows within ε · Σ|weighted terms| + 1e-6.
-#include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "cuda_test_matrix.h"
+#include "cuda_test_reference.h"
 #include "cuda_test_util.h"
 
 namespace orchid {
@@ -60,27 +59,11 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   ASSERT_TRUE(cuda::launch_moe_down(p, nullptr).ok());
   ORCHID_CUDA_OK(cudaDeviceSynchronize());
 
-  // Reference routing: softmax, top k (ties to the lower id), renormalised; shared slot last.
-  std::vector<double> prob(static_cast<size_t>(cs.E));
-  const double mx = *std::max_element(logits.begin(), logits.begin() + cs.E);
-  for (int e = 0; e < cs.E; ++e) prob[size_t(e)] = std::exp(logits[size_t(e)] - mx);
-  std::vector<int> order(static_cast<size_t>(cs.E));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
-  std::vector<int> sel(order.begin(), order.begin() + cs.k);
-  sel.push_back(cs.E);
-  double top = 0;
-  for (int i = 0; i < cs.k; ++i) top += prob[size_t(sel[size_t(i)])];
-  std::vector<double> sw(static_cast<size_t>(S));
-  for (int i = 0; i < cs.k; ++i) sw[size_t(i)] = prob[size_t(sel[size_t(i)])] / top;
-  sw[size_t(cs.k)] = 1 / (1 + std::exp(-double(logits[size_t(cs.E)])));
+  const test::Routing want_routing = test::reference_routing(logits, cs.E, cs.k);
+  const std::vector<int>& sel = want_routing.sel;
+  const std::vector<double>& sw = want_routing.w;
   EXPECT_EQ(dsel.host(), sel);
-
-  double ss = 0;
-  for (float v : x) ss += double(v) * v;
-  const double inv = 1 / std::sqrt(ss / cs.H + 1e-6);
-  std::vector<double> xh(static_cast<size_t>(cs.H));
-  for (int c = 0; c < cs.H; ++c) xh[size_t(c)] = x[size_t(c)] * inv * norm[size_t(c)];
+  const std::vector<double> xh = test::x_hat(x, &norm, 1e-6f);
   std::vector<double> act(size_t(S) * cs.ff);
   auto got_act = dact.host();
   int bad = 0;

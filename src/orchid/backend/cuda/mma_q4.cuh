@@ -131,6 +131,15 @@ __device__ __forceinline__ uint32_t nibble_pair(uint32_t w) {
   return (v & kMask) | 0x64006400u;
 }
 
+// c += (nibble pair J of rows g, g + 8: words wa / wb) · (b0, b1), one m16n8k16.
+template <int J>
+__device__ __forceinline__ void mma_nibble_pair(float (&c)[4], uint2 wa, uint2 wb, uint32_t b0,
+                                                uint32_t b1) {
+  const uint32_t a[4] = {nibble_pair<J>(wa.x), nibble_pair<J>(wb.x), nibble_pair<J>(wa.y),
+                         nibble_pair<J>(wb.y)};
+  mma_16816(c, a, b0, b1);
+}
+
 // One warp's registers for a unit (16 rows × up to kSegGroups groups): words 2t, 2t+1 of each
 // group of rows g and g + 8, and those rows' (scale, bias) words.
 struct MmaUnit {
@@ -171,26 +180,10 @@ __device__ __forceinline__ void mma_unit(const MmaUnit& u, int g0, int groups, c
     const uint4 b01 = xp[0], b23 = xp[1];
     float c[4][4] = {};  // one accumulator per nibble pair: independent mma
     const uint2 wa = u.wa[j], wb = u.wb[j];
-    {
-      const uint32_t a[4] = {nibble_pair<0>(wa.x), nibble_pair<0>(wb.x), nibble_pair<0>(wa.y),
-                             nibble_pair<0>(wb.y)};
-      mma_16816(c[0], a, b01.x, b01.y);
-    }
-    {
-      const uint32_t a[4] = {nibble_pair<1>(wa.x), nibble_pair<1>(wb.x), nibble_pair<1>(wa.y),
-                             nibble_pair<1>(wb.y)};
-      mma_16816(c[1], a, b01.z, b01.w);
-    }
-    {
-      const uint32_t a[4] = {nibble_pair<2>(wa.x), nibble_pair<2>(wb.x), nibble_pair<2>(wa.y),
-                             nibble_pair<2>(wb.y)};
-      mma_16816(c[2], a, b23.x, b23.y);
-    }
-    {
-      const uint32_t a[4] = {nibble_pair<3>(wa.x), nibble_pair<3>(wb.x), nibble_pair<3>(wa.y),
-                             nibble_pair<3>(wb.y)};
-      mma_16816(c[3], a, b23.z, b23.w);
-    }
+    mma_nibble_pair<0>(c[0], wa, wb, b01.x, b01.y);
+    mma_nibble_pair<1>(c[1], wa, wb, b01.z, b01.w);
+    mma_nibble_pair<2>(c[2], wa, wb, b23.x, b23.y);
+    mma_nibble_pair<3>(c[3], wa, wb, b23.z, b23.w);
     const float k = x.k[G], s = x.sum[G];
     // Row g: columns 0 (hi) + 1 (lo) = c[.][0] + c[.][1]; row g + 8: c[.][2] + c[.][3].
     const float ca = ((c[0][0] + c[0][1]) + (c[1][0] + c[1][1])) +
