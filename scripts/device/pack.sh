@@ -6,11 +6,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
-scripts/build.sh default orchid orchid_cuda_tests
+scripts/build.sh default orchid orchid_cuda_tests orchid_gemv_lab
 rm -rf .device && mkdir -p .device/bin .device/lib
-cp build/orchid build/orchid_cuda_tests .device/bin/
+cp build/orchid build/orchid_cuda_tests build/orchid_gemv_lab .device/bin/
 for lib in libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libbrotlidec.so.1 \
            libbrotlienc.so.1 libbrotlicommon.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .device/lib/
 done
+# The device tool carries at most 64 MiB: binaries travel stripped and gzipped (run.sh unpacks).
+strip .device/bin/*
+gzip -9 .device/bin/*
 du -sh .device

@@ -2,9 +2,10 @@
 # On the GPU machine (device tool), after scripts/device/pack.sh here: the CUDA kernel and
 # whole-model tests (ctest label cuda), then `orchid bench decode` on full-size synthetic
 # weights. Logs and JSON go to $OUT; a short table is printed last.
-#   usage: scripts/device/run.sh [tests|bench|all|ncu] [contexts]
+#   usage: scripts/device/run.sh [tests|bench|all|ncu|ncu-detail|lab] [contexts]
 #   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
 #        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
+#   lab: the GEMV design experiments (bench/cuda/gemv_lab.cu), as $OUT/gemv-lab.json
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
 #        of each kernel matching REGEX, as $OUT/ncu-detail.txt
 set -uo pipefail
@@ -16,6 +17,7 @@ out="${OUT:-/tmp/orchid-out}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$root/.device/lib:${LD_LIBRARY_PATH:-}"
 bin="$root/.device/bin"
+for f in "$bin"/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
   | tee "$out/gpu.txt"
 status=0
@@ -60,6 +62,9 @@ for k, v in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{k:40s} {v[0]:4d} {v[1]/1e3:10.1f} {v[1]/1e3/max(v[0],1):8.2f} {(v[2]+v[3])/max(v[1],1):7.1f}")
 print(f"sum of kernel times: {tot/1e3:.1f} us over {sum(v[0] for v in agg.values())} launches")
 PY
+fi
+if [[ "$what" == lab ]]; then
+  "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1
 fi
 if [[ "$what" == ncu-detail ]]; then
   ncu --clock-control none --graph-profiling node --kernel-name "regex:$contexts" \

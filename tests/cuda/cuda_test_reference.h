@@ -21,6 +21,21 @@ inline std::vector<double> x_hat(const std::vector<float>& x, const std::vector<
   return v;
 }
 
+// The dp4a kernels' bound (dp4a_q4.cuh): each x̂ element is off by at most its group's
+// max|x̂| / 64,516, so a dot product with weights w by Σ|w_c| · gmax(c) / 64,516. Per element:
+// the largest |x̂| of its group of `group` elements.
+inline std::vector<double> group_max_abs(const std::vector<double>& xh, int group) {
+  std::vector<double> g(xh.size());
+  for (size_t b = 0; b < xh.size(); b += size_t(group)) {
+    const size_t e = std::min(xh.size(), b + size_t(group));
+    double m = 0;
+    for (size_t i = b; i < e; ++i) m = std::max(m, std::fabs(xh[i]));
+    for (size_t i = b; i < e; ++i) g[i] = m;
+  }
+  return g;
+}
+constexpr double kDp4aStep = 1.0 / 64516.0;
+
 // MoE routing from logits [E + 1]: softmax over the first E, the top k by probability (ties to
 // the lower id), weights renormalised over them; then the shared expert (id E) with
 // sigmoid(logits[E]).

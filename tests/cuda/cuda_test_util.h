@@ -22,29 +22,32 @@ namespace orchid::test {
     if (Status s_ = cuda_device_usable(); !s_.ok()) GTEST_SKIP() << s_.message(); \
   } while (0)
 
-// Which q4 GEMV runs for a scope: the tensor-core kernel (for every size) or the CUDA-core one.
+// Which q4 GEMV runs for a scope: the tensor-core kernel (for every size), or the CUDA-core
+// ones with dp4a dot products on int8 x̂ codes or with fp32 products.
 struct KernelPath {
-  bool mma;
+  bool mma, dp4a;
 };
 inline std::string path_name(KernelPath k) {
-  return k.mma ? "tensor cores" : "CUDA cores";
+  return k.mma ? "tensor cores" : k.dp4a ? "CUDA cores, dp4a" : "CUDA cores, fp32";
 }
 inline void PrintTo(const KernelPath& k, std::ostream* os) {
   *os << path_name(k);
 }
 struct PathMode {
-  KernelPath saved{cuda::mma_enabled()};
+  KernelPath saved{cuda::mma_enabled(), cuda::dp4a_enabled()};
   int saved_rows = cuda::mma_min_rows();
   explicit PathMode(KernelPath k) {
     cuda::set_mma_enabled(k.mma);
+    cuda::set_dp4a_enabled(k.dp4a);
     cuda::set_mma_min_rows(0);
   }
   ~PathMode() {
     cuda::set_mma_enabled(saved.mma);
+    cuda::set_dp4a_enabled(saved.dp4a);
     cuda::set_mma_min_rows(saved_rows);
   }
 };
-constexpr KernelPath kAllPaths[] = {{false}, {true}};
+constexpr KernelPath kAllPaths[] = {{false, false}, {false, true}, {true, true}};
 
 #define ORCHID_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

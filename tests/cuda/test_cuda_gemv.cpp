@@ -4,6 +4,8 @@
 // Bound: |got − ref| ≤ 1e-4 · Σ|w·x| + 1e-6 per output. CUDA cores: fp32 sums of exact products.
 // Tensor cores (q4): x̂ rounded to fp16 (relative ≤ 2⁻¹¹ per element, independent), so the
 // expected error is ~1.4e-4 · √Σ(w·x)², below 2e-5 · Σ|w·x| from 128 columns up.
+// dp4a (q4): each x̂ element off by ≤ its group's max|x̂| / 64,516, so the bound adds
+// Σ|w_c| · gmax(c) / 64,516 (a worst case, not an estimate).
 #include <algorithm>
 #include <cmath>
 
@@ -23,15 +25,19 @@ using test::x_hat;
 
 void expect_close(const HostMatrix& h, const std::vector<double>& xh, const std::vector<float>& got,
                   const std::vector<float>* add, const char* what) {
+  const bool quantised = h.fmt == DevFormat::q4 && cuda::dp4a_enabled();
+  const std::vector<double> gmax = test::group_max_abs(xh, 64);
   int bad = 0;
   for (int r = 0; r < h.rows; ++r) {
-    double ref = add ? (*add)[size_t(r)] : 0.0, mag = 0;
+    double ref = add ? (*add)[size_t(r)] : 0.0, mag = 0, qerr = 0;
     for (int c = 0; c < h.cols; ++c) {
-      const double p = double(h.w[size_t(r) * h.cols + c]) * xh[size_t(c)];
+      const double w = h.w[size_t(r) * h.cols + c], p = w * xh[size_t(c)];
       ref += p;
       mag += std::fabs(p);
+      qerr += std::fabs(w) * gmax[size_t(c)];
     }
-    const double tol = 1e-4 * mag + 1e-6 + (add ? 1e-6 * std::fabs((*add)[size_t(r)]) : 0.0);
+    const double tol = 1e-4 * mag + 1e-6 + (add ? 1e-6 * std::fabs((*add)[size_t(r)]) : 0.0) +
+                       (quantised ? qerr * test::kDp4aStep : 0.0);
     if (!(std::fabs(got[size_t(r)] - ref) <= tol) && bad++ < 5)
       ADD_FAILURE() << what << " row " << r << ": got " << got[size_t(r)] << " want " << ref
                     << " (tol " << tol << ")";
@@ -70,12 +76,15 @@ TEST_P(GemvShapes, TwoTasksWithNormAndResidualMatchReference) {
   }
 }
 
-// 20000 × 2048 q4: several rounds per block of the tensor-core kernel; 600 × 4096: 8 segments.
+// 20000 × 2048 q4: several rounds per block of the tensor-core kernel (and too many rows for the
+// upfront kernel); 600 × 4096: 8 segments; 10000 × 2048 and 2500 × 4096: several rows per warp
+// in the upfront kernel.
 INSTANTIATE_TEST_SUITE_P(
     Cuda, GemvShapes,
     ::testing::Combine(
         ::testing::Values(Shape{DevFormat::q4, 300, 2048}, Shape{DevFormat::q4, 37, 4096},
                           Shape{DevFormat::q4, 20000, 2048}, Shape{DevFormat::q4, 600, 4096},
+                          Shape{DevFormat::q4, 10000, 2048}, Shape{DevFormat::q4, 2500, 4096},
                           Shape{DevFormat::q4, 70, 512}, Shape{DevFormat::q4, 5, 128},
                           Shape{DevFormat::q8, 257, 2048}, Shape{DevFormat::q8, 3, 128},
                           Shape{DevFormat::bf16, 33, 288}, Shape{DevFormat::bf16, 9, 2048},
@@ -116,7 +125,7 @@ TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
   p.ticket = ticket.get(), p.partial = partial.get(), p.token = token.get(), p.pos = pos.get();
   p.stopped = stopped.get();
   // Twice per kernel path: the ticket must have been reset.
-  for (int round = 0; round < 4; ++round) {
+  for (int round = 0; round < 2 * int(std::size(test::kAllPaths)); ++round) {
     test::PathMode mode(test::kAllPaths[round / 2]);
     ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
     ORCHID_CUDA_OK(cudaDeviceSynchronize());

@@ -38,6 +38,7 @@ Switches Switches::from_env() {
   s.mma = !env_off("ORCHID_MMA");
   s.mma_attention = !env_off("ORCHID_MMA_ATTENTION");
   s.fused_routing = !env_off("ORCHID_FUSED_ROUTING");
+  s.dp4a = !env_off("ORCHID_DP4A");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));

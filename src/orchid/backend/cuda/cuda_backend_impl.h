@@ -28,9 +28,12 @@ namespace orchid::cuda {
 // ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues;
 // ORCHID_MMA=0 runs the lm_head GEMV on the CUDA cores instead of the tensor cores;
 // ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores;
-// ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue.
+// ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue;
+// ORCHID_DP4A=0 runs the q4 projections and experts on the earlier fp32 kernels instead of the
+// dp4a ones (int8 x̂ codes, every row requested before the dependency wait).
 struct Switches {
   bool graph = true;
+  bool dp4a = true;
   bool mma = true;
   bool mma_attention = true;
   bool fused_routing = true;

@@ -133,6 +133,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"mma", base.mma},
                      {"mma_attention", base.mma_attention},
                      {"fused_routing", base.fused_routing},
+                     {"dp4a", base.dp4a},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -170,7 +171,8 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         {"fused_norm", &cuda::Switches::fused_norm},
         {"mma", &cuda::Switches::mma},
         {"mma_attention", &cuda::Switches::mma_attention},
-        {"fused_routing", &cuda::Switches::fused_routing}};
+        {"fused_routing", &cuda::Switches::fused_routing},
+        {"dp4a", &cuda::Switches::dp4a}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;
@@ -188,6 +190,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   if (opts.ablation_contexts.empty()) return out;
   cuda::set_pdl_enabled(base.pdl);
   cuda::set_mma_enabled(base.mma);
+  cuda::set_dp4a_enabled(base.dp4a);
   auto shapes = cuda::gemv_shape_report(be->device_model(), be->stream(), *bw);
   if (!shapes) return shapes.error();
   out["gemv_per_shape"] = *shapes;

@@ -159,6 +159,9 @@ Status launch_gemv(const GemvParams& p, cudaStream_t s) {
     if (!done) return done.error();
     if (*done) return {};
   }
+  Expected<bool> done = launch_upfront_gemv(p, s);
+  if (!done) return done.error();
+  if (*done) return {};
   const int lpr = lanes_per_row(m0.units);
   const int ni = (m0.units + lpr - 1) / lpr;
   const int blocks = gemv_blocks(p);

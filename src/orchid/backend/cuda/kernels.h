@@ -179,6 +179,11 @@ bool mma_enabled();
 void set_mma_enabled(bool on);
 int mma_min_rows();
 void set_mma_min_rows(int rows);
+// Whether the q4 projections and expert kernels run the dp4a kernels (default: x̂ quantised to
+// int8 hi + lo codes, every row requested up front; dp4a_q4.cuh) or the earlier fp32 kernels
+// (the ablation). Process-wide; the backend sets it from its switch.
+bool dp4a_enabled();
+void set_dp4a_enabled(bool on);
 
 // ---- small kernels ----------------------------------------------------------------------------
 

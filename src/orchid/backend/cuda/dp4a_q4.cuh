@@ -1,0 +1,147 @@
+// q4 dot products on the integer units (dp4a): x̂ is quantised once per block to int8 codes in
+// two parts, so that a 32-element weight unit costs 8 logic ops and 16 dp4a instead of ~100
+// fp32 instructions.
+//
+// Codes: per group of 64 elements (the weights' quantisation group) a scale d = max|x̂| / 127,
+// hi = rint(x̂ / d) and lo = rint((x̂ / d − hi) · 254), so x̂ ≈ d (hi + lo / 254) with
+// |error| ≤ max|x̂| / 64,516 per element (2⁻¹⁶ of the group's largest value; bf16 activations
+// keep 2⁻⁹ of each value). A weight word holds elements 0..7 as nibbles: w & 0x0f0f0f0f has the
+// even elements in its bytes, w & 0xf0f0f0f0 sixteen times the odd ones, so x̂ codes are packed
+// per word as (hi even, hi odd, lo even, lo odd) bytes. Sums stay exact in int32.
+#pragma once
+
+#include "orchid/backend/cuda/gemv_core.cuh"
+
+namespace orchid::cuda {
+
+// A lane's units of x̂ (unit sl + j·lpr for j < NI) as dp4a operands, with each unit's group
+// scale d and exact fp32 sum (for the bias term).
+template <int NI>
+struct XQuant {
+  int he[NI][4], ho[NI][4], le[NI][4], lo[NI][4];
+  float d[NI], sum[NI];
+};
+
+// Shared-memory bytes of the quantised x̂ of `units` units (codes, then (d, sum) per unit).
+__host__ __device__ constexpr size_t x_quant_smem_bytes(int units) {
+  return size_t(units) * (4 * sizeof(int4) + sizeof(float2));
+}
+
+__device__ __forceinline__ int pack_bytes(int a, int b, int c, int d) {
+  return (a & 0xff) | ((b & 0xff) << 8) | ((c & 0xff) << 16) | (d << 24);
+}
+
+// Σ a_k · b_k + c over 4 bytes, a unsigned, b signed.
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// x̂ = x (· rsqrt(mean(x²) + eps) · norm when norm is given), quantised straight from registers
+// into xq ([4][units] int4: word t of unit u at xq[t · units + u], so lanes one unit apart read
+// distinct banks) and xd ([units] (d, Σ x̂)). Thread i takes the 8-element words i, i + blockDim,
+// ...: one coalesced load of x and of the norm per word, one block reduction, no staging of
+// fp32 x̂ (a group's 8 words sit in 8 consecutive lanes, a unit's 4 in 4). Ends with a barrier.
+// PRECONDITION: cols a multiple of 64 and ≤ 8 · kMaxWords · blockDim.x; blockDim.x a multiple of
+// 32; x and norm 16-byte aligned.
+constexpr int kMaxWords = 2;  // words per thread: 4,096 columns with 256 threads
+__device__ __forceinline__ void stage_x_quant(const float* x, int cols, const float* norm,
+                                              float eps, int4* xq, float2* xd, float* scratch) {
+  const int words = cols / 8, units = cols / 32;
+  float v[kMaxWords][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kMaxWords; ++k) {
+    const int c = k * int(blockDim.x) + int(threadIdx.x);
+    const bool ok = c < words;
+    const float4* xp = reinterpret_cast<const float4*>(x) + 2 * c;
+    const float4 a = ok ? xp[0] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 b = ok ? xp[1] : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[k][0] = a.x, v[k][1] = a.y, v[k][2] = a.z, v[k][3] = a.w;
+    v[k][4] = b.x, v[k][5] = b.y, v[k][6] = b.z, v[k][7] = b.w;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss = fmaf(v[k][e], v[k][e], ss);
+    if (norm && ok) {
+      const float4* np = reinterpret_cast<const float4*>(norm) + 2 * c;
+      const float4 na = np[0], nb = np[1];
+      v[k][0] *= na.x, v[k][1] *= na.y, v[k][2] *= na.z, v[k][3] *= na.w;
+      v[k][4] *= nb.x, v[k][5] *= nb.y, v[k][6] *= nb.z, v[k][7] *= nb.w;
+    }
+  }
+  const float inv = norm ? rsqrtf(block_sum(ss, scratch) / float(cols) + eps) : 1.f;
+#pragma unroll
+  for (int k = 0; k < kMaxWords; ++k) {
+    if (k * int(blockDim.x) >= words) break;  // uniform: whole rounds of the block
+    const int c = k * int(blockDim.x) + int(threadIdx.x), u = c >> 2, t = c & 3;
+    float mx = 0.f, sum = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v[k][e] *= inv;
+      mx = fmaxf(mx, fabsf(v[k][e]));
+      sum += v[k][e];
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the unit's 4 words
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (c >= words) continue;
+    const float d = mx > 0.f ? mx / 127.f : 1.f, rd = 1.f / d;
+    int h[8], l[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float a = v[k][e] * rd, hr = rintf(a);
+      h[e] = int(hr);
+      l[e] = int(rintf((a - hr) * 254.f));
+    }
+    xq[t * units + u] =
+        make_int4(pack_bytes(h[0], h[2], h[4], h[6]), pack_bytes(h[1], h[3], h[5], h[7]),
+                  pack_bytes(l[0], l[2], l[4], l[6]), pack_bytes(l[1], l[3], l[5], l[7]));
+    if (t == 0) xd[u] = make_float2(d, sum);
+  }
+  __syncthreads();
+}
+
+// This lane's units of the quantised x̂ (zero past `units`).
+template <int NI>
+__device__ __forceinline__ void load_x_quant(const int4* xq, const float2* xd, int units, int sl,
+                                             int lpr, XQuant<NI>& q) {
+#pragma unroll
+  for (int j = 0; j < NI; ++j) {
+    const int u = sl + j * lpr;
+    const bool ok = u < units;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int4 c = ok ? xq[t * units + u] : make_int4(0, 0, 0, 0);
+      q.he[j][t] = c.x, q.ho[j][t] = c.y, q.le[j][t] = c.z, q.lo[j][t] = c.w;
+    }
+    const float2 f = ok ? xd[u] : make_float2(0.f, 0.f);
+    q.d[j] = f.x, q.sum[j] = f.y;
+  }
+}
+
+// This lane's part of W[row] · x̂ (the dp4a counterpart of partial_dot for q4).
+template <int NI>
+__device__ __forceinline__ float partial_dot_dp4a(const RowUnits<NI>& r, const XQuant<NI>& q) {
+  float acc = 0.f;
+#pragma unroll
+  for (int j = 0; j < NI; ++j) {
+    const uint32_t ws[4] = {r.w[j].x, r.w[j].y, r.w[j].z, r.w[j].w};
+    int h = 0, h16 = 0, l = 0, l16 = 0;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const uint32_t even = ws[t] & 0x0f0f0f0fu, odd16 = ws[t] & 0xf0f0f0f0u;
+      h = dp4a_us(even, q.he[j][t], h);
+      h16 = dp4a_us(odd16, q.ho[j][t], h16);
+      l = dp4a_us(even, q.le[j][t], l);
+      l16 = dp4a_us(odd16, q.lo[j][t], l16);
+    }
+    // Σ codes·x̂ = d (Σ q·hi + Σ q·lo / 254); the odd products carry a factor 16.
+    const float qx =
+        q.d[j] * (1.f / 16.f) * (float(h * 16 + h16) + float(l * 16 + l16) * (1.f / 254.f));
+    acc = fmaf(bf16_lo(r.sb[j]), qx, fmaf(bf16_hi(r.sb[j]), q.sum[j], acc));
+  }
+  return acc;
+}
+
+}  // namespace orchid::cuda
