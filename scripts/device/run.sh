@@ -2,9 +2,11 @@
 # On the GPU machine (device tool), after scripts/device/pack.sh here: the CUDA kernel and
 # whole-model tests (ctest label cuda), then `orchid bench decode` on full-size synthetic
 # weights. Logs and JSON go to $OUT; a short table is printed last.
-#   usage: scripts/device/run.sh [tests|bench|all|ncu|ncu-detail|lab] [contexts]
+#   usage: scripts/device/run.sh [tests|bench|all|ncu|ncu-detail|fullsize|lab] [contexts]
 #   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
 #        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
+#   fullsize: a full-size synthetic checkpoint (orchid synth, 19 GB, made once per machine) through
+#        the CUDA and CPU backends (test CudaFullSize), as $OUT/full_size.log
 #   lab: the GEMV design experiments (bench/cuda/gemv_lab.cu), as $OUT/gemv-lab.json
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
 #        of each kernel matching REGEX, as $OUT/ncu-detail.txt
@@ -62,6 +64,14 @@ for k, v in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{k:40s} {v[0]:4d} {v[1]/1e3:10.1f} {v[1]/1e3/max(v[0],1):8.2f} {(v[2]+v[3])/max(v[1],1):7.1f}")
 print(f"sum of kernel times: {tot/1e3:.1f} us over {sum(v[0] for v in agg.values())} launches")
 PY
+fi
+if [[ "$what" == fullsize ]]; then
+  dir=/tmp/orchid-full-size
+  [[ -f "$dir/config.json" ]] ||
+    "$bin/orchid" synth --config qwen3.6-35b-a3b --layout mlx4 -o "$dir" > "$out/synth.log" 2>&1
+  ORCHID_FULL_SIZE_MODEL="$dir" "$bin/orchid_cuda_tests" --gtest_filter='CudaFullSize.*' \
+    > "$out/full_size.log" 2>&1 || status=1
+  grep -E "cuda full size|  OK|FAILED|Failure|rel L2|position" "$out/full_size.log" | head -30
 fi
 if [[ "$what" == lab ]]; then
   "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1

@@ -4,7 +4,10 @@
 // Bounds (ε = 1e-4, against fp32 sums of exact products ~1e-7 · Σ|terms|): gate g and up u each
 // within ε · Σ|w·x̂|,
 // so act = silu(g) · u within ε · (1.1 |u| Σ|gate·x̂| + |silu(g)| Σ|up·x̂|) + 1e-7; residual
-// rows within ε · Σ|weighted terms| + 1e-6.
+// rows within ε · Σ|weighted terms| + 1e-6. The dp4a kernels add their worst case: inputs off by
+// ≤ gmax / 64,516 per element (cuda_test_reference.h), so g and u by Σ|w| · gmax / 64,516, and
+// each residual term by w_s · |down| · (the act's own allowance + its quantisation step).
+#include <algorithm>
 #include <cmath>
 
 #include "cuda_test_matrix.h"
@@ -27,12 +30,14 @@ struct Case {
   int E, k, ff, H;
 };
 
-// (shape, routing in a kernel of its own instead of the gate/up prologue)
-class MoeQ4 : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+// (shape, routing in a kernel of its own instead of the gate/up prologue, dp4a kernels)
+class MoeQ4 : public ::testing::TestWithParam<std::tuple<Case, bool, bool>> {};
 
 TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   ORCHID_REQUIRE_GPU();
-  const auto [cs, separate_routing] = GetParam();
+  const auto [cs, separate_routing, dp4a] = GetParam();
+  test::PathMode mode({false, dp4a});
+  const double step = dp4a ? test::kDp4aStep : 0.0;
   std::mt19937_64 rng(std::random_device{}());
   const int S = cs.k + 1;  // routed slots + the shared expert (stacked as expert E)
   HostMatrix gate(DevFormat::q4, (cs.E + 1) * cs.ff, cs.H, rng),
@@ -64,36 +69,50 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   const std::vector<double>& sw = want_routing.w;
   EXPECT_EQ(dsel.host(), sel);
   const std::vector<double> xh = test::x_hat(x, &norm, 1e-6f);
-  std::vector<double> act(size_t(S) * cs.ff);
+  const std::vector<double> gmax = test::group_max_abs(xh, 64);
+  std::vector<double> act(size_t(S) * cs.ff), act_tol(size_t(S) * cs.ff);
   auto got_act = dact.host();
   int bad = 0;
   for (int s = 0; s < S; ++s)
     for (int i = 0; i < cs.ff; ++i) {
-      double g = 0, u = 0, mag_g = 0, mag_u = 0;
+      double g = 0, u = 0, mag_g = 0, mag_u = 0, q_g = 0, q_u = 0;
       const size_t row = size_t(sel[size_t(s)]) * cs.ff + i;
       for (int c = 0; c < cs.H; ++c) {
-        const double pg = double(gate.w[row * cs.H + c]) * xh[size_t(c)];
-        const double pu = double(up.w[row * cs.H + c]) * xh[size_t(c)];
+        const double wg = gate.w[row * cs.H + c], wu = up.w[row * cs.H + c];
+        const double pg = wg * xh[size_t(c)], pu = wu * xh[size_t(c)];
         g += pg, u += pu, mag_g += std::fabs(pg), mag_u += std::fabs(pu);
+        q_g += std::fabs(wg) * gmax[size_t(c)], q_u += std::fabs(wu) * gmax[size_t(c)];
       }
       const double want = act[size_t(s) * cs.ff + i] = silu(g) * u;
       const double got = got_act[size_t(s) * act_stride + i];
-      const double tol = 1e-4 * (1.1 * std::fabs(u) * mag_g + std::fabs(silu(g)) * mag_u) + 1e-7;
+      const double tol = (1e-4 * mag_g + step * q_g) * 1.1 * std::fabs(u) +
+                         (1e-4 * mag_u + step * q_u) * std::fabs(silu(g)) + 1e-7;
+      act_tol[size_t(s) * cs.ff + i] = tol;
       if (!(std::fabs(got - want) <= tol) && bad++ < 5)
         ADD_FAILURE() << "act slot " << s << " row " << i << ": " << got << " vs " << want;
     }
+  // The act rows' group maxima (of the device's act, which the down kernel quantises).
+  std::vector<double> act_gmax(act.size());
+  for (int s = 0; s < S; ++s) {
+    std::vector<double> a(got_act.begin() + s * act_stride,
+                          got_act.begin() + s * act_stride + cs.ff);
+    const std::vector<double> g = test::group_max_abs(a, 64);
+    std::copy(g.begin(), g.end(), act_gmax.begin() + s * cs.ff);
+  }
   auto h = dh.host();
   for (int r = 0; r < cs.H; ++r) {
-    double want = x[size_t(r)], mag = std::fabs(want);
+    double want = x[size_t(r)], mag = std::fabs(want), extra = 0;
     for (int s = 0; s < S; ++s) {
       const size_t row = size_t(sel[size_t(s)]) * cs.H + r;
       for (int i = 0; i < cs.ff; ++i) {
-        const double term =
-            sw[size_t(s)] * double(down.w[row * cs.ff + i]) * act[size_t(s) * cs.ff + i];
+        const size_t a = size_t(s) * cs.ff + i;
+        const double wd = sw[size_t(s)] * double(down.w[row * cs.ff + i]);
+        const double term = wd * act[a];
         want += term, mag += std::fabs(term);
+        if (dp4a) extra += std::fabs(wd) * (act_tol[a] + step * act_gmax[a]);
       }
     }
-    if (!(std::fabs(h[size_t(r)] - want) <= 1e-4 * mag + 1e-6) && bad++ < 10)
+    if (!(std::fabs(h[size_t(r)] - want) <= 1e-4 * mag + extra + 1e-6) && bad++ < 10)
       ADD_FAILURE() << "down row " << r << ": " << h[size_t(r)] << " vs " << want;
   }
 }
@@ -103,7 +122,7 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Cuda, MoeQ4,
                          ::testing::Combine(::testing::Values(Case{16, 8, 512, 2048},
                                                               Case{5, 3, 64, 128}),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(), ::testing::Bool()));
 
 }  // namespace
 }  // namespace orchid

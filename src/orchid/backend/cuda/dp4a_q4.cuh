@@ -38,66 +38,74 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
   return d;
 }
 
+// Quantises word c (elements 8c..8c+7 of x̂, in v) into xq ([4][units] int4: word t of unit u at
+// xq[t · units + u], so lanes one unit apart read distinct banks) and xd ([units] (d, Σ x̂)).
+// Called by all 32 lanes of a warp at once with consecutive c (a group's 8 words sit in 8
+// consecutive lanes, a unit's 4 in 4); lanes with c ≥ words only join the shuffles.
+__device__ __forceinline__ void quantize_word(const float (&v)[8], int c, int words, int4* xq,
+                                              float2* xd) {
+  const int units = words / 4, u = c >> 2, t = c & 3;
+  float mx = 0.f, sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) mx = fmaxf(mx, fabsf(v[e])), sum += v[e];
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (c >= words) return;
+  const float d = mx > 0.f ? mx / 127.f : 1.f, rd = 1.f / d;
+  int h[8], l[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float a = v[e] * rd, hr = rintf(a);
+    h[e] = int(hr);
+    l[e] = int(rintf((a - hr) * 254.f));
+  }
+  xq[t * units + u] =
+      make_int4(pack_bytes(h[0], h[2], h[4], h[6]), pack_bytes(h[1], h[3], h[5], h[7]),
+                pack_bytes(l[0], l[2], l[4], l[6]), pack_bytes(l[1], l[3], l[5], l[7]));
+  if (t == 0) xd[u] = make_float2(d, sum);
+}
+
+// Loads the 8 floats of word c of x (zero when c ≥ words). PRECONDITION: x 16-byte aligned.
+__device__ __forceinline__ void load_word(const float* x, int c, int words, float (&v)[8]) {
+  const float4* xp = reinterpret_cast<const float4*>(x) + 2 * c;
+  const float4 a = c < words ? xp[0] : make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4 b = c < words ? xp[1] : make_float4(0.f, 0.f, 0.f, 0.f);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
 // x̂ = x (· rsqrt(mean(x²) + eps) · norm when norm is given), quantised straight from registers
-// into xq ([4][units] int4: word t of unit u at xq[t · units + u], so lanes one unit apart read
-// distinct banks) and xd ([units] (d, Σ x̂)). Thread i takes the 8-element words i, i + blockDim,
-// ...: one coalesced load of x and of the norm per word, one block reduction, no staging of
-// fp32 x̂ (a group's 8 words sit in 8 consecutive lanes, a unit's 4 in 4). Ends with a barrier.
+// by quantize_word. Thread i takes the 8-element words i, i + blockDim, ...: one coalesced load
+// of x and of the norm per word, one block reduction, no staging of fp32 x̂. Ends with a barrier.
 // PRECONDITION: cols a multiple of 64 and ≤ 8 · kMaxWords · blockDim.x; blockDim.x a multiple of
 // 32; x and norm 16-byte aligned.
 constexpr int kMaxWords = 2;  // words per thread: 4,096 columns with 256 threads
 __device__ __forceinline__ void stage_x_quant(const float* x, int cols, const float* norm,
                                               float eps, int4* xq, float2* xd, float* scratch) {
-  const int words = cols / 8, units = cols / 32;
+  const int words = cols / 8;
   float v[kMaxWords][8];
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < kMaxWords; ++k) {
     const int c = k * int(blockDim.x) + int(threadIdx.x);
-    const bool ok = c < words;
-    const float4* xp = reinterpret_cast<const float4*>(x) + 2 * c;
-    const float4 a = ok ? xp[0] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 b = ok ? xp[1] : make_float4(0.f, 0.f, 0.f, 0.f);
-    v[k][0] = a.x, v[k][1] = a.y, v[k][2] = a.z, v[k][3] = a.w;
-    v[k][4] = b.x, v[k][5] = b.y, v[k][6] = b.z, v[k][7] = b.w;
+    load_word(x, c, words, v[k]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss = fmaf(v[k][e], v[k][e], ss);
-    if (norm && ok) {
-      const float4* np = reinterpret_cast<const float4*>(norm) + 2 * c;
-      const float4 na = np[0], nb = np[1];
-      v[k][0] *= na.x, v[k][1] *= na.y, v[k][2] *= na.z, v[k][3] *= na.w;
-      v[k][4] *= nb.x, v[k][5] *= nb.y, v[k][6] *= nb.z, v[k][7] *= nb.w;
+    if (norm && c < words) {
+      float n[8];
+      load_word(norm, c, words, n);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[k][e] *= n[e];
     }
   }
   const float inv = norm ? rsqrtf(block_sum(ss, scratch) / float(cols) + eps) : 1.f;
 #pragma unroll
   for (int k = 0; k < kMaxWords; ++k) {
     if (k * int(blockDim.x) >= words) break;  // uniform: whole rounds of the block
-    const int c = k * int(blockDim.x) + int(threadIdx.x), u = c >> 2, t = c & 3;
-    float mx = 0.f, sum = 0.f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      v[k][e] *= inv;
-      mx = fmaxf(mx, fabsf(v[k][e]));
-      sum += v[k][e];
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the unit's 4 words
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (c >= words) continue;
-    const float d = mx > 0.f ? mx / 127.f : 1.f, rd = 1.f / d;
-    int h[8], l[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float a = v[k][e] * rd, hr = rintf(a);
-      h[e] = int(hr);
-      l[e] = int(rintf((a - hr) * 254.f));
-    }
-    xq[t * units + u] =
-        make_int4(pack_bytes(h[0], h[2], h[4], h[6]), pack_bytes(h[1], h[3], h[5], h[7]),
-                  pack_bytes(l[0], l[2], l[4], l[6]), pack_bytes(l[1], l[3], l[5], l[7]));
-    if (t == 0) xd[u] = make_float2(d, sum);
+    for (int e = 0; e < 8; ++e) v[k][e] *= inv;
+    quantize_word(v[k], k * int(blockDim.x) + int(threadIdx.x), words, xq, xd);
   }
   __syncthreads();
 }

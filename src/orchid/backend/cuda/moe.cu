@@ -5,79 +5,12 @@
 // in a fixed slot order (deterministic, no atomics).
 #include <algorithm>
 
-#include "orchid/backend/cuda/gemv_core.cuh"
+#include "orchid/backend/cuda/moe_core.cuh"
 
 namespace orchid::cuda {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-
-// MoE routing by one block (blockDim ≥ 32): softmax over n_expert logits; the top_k by rank
-// (how many beat an expert: higher probability, or equal with a lower id — the CPU's order),
-// computed by all threads at once in two levels: each expert's rank within its chunk of 32, then
-// the chunk winners' ranks among all chunk winners (every global top-k expert wins in its chunk,
-// and those it loses to are winners too), 32 + chunks·k comparisons per thread instead of
-// n_expert. Renormalised weights; slot top_k is the shared expert (id n_expert) with its
-// sigmoid gate. Results in shared memory (sel, w). Ends with a barrier.
-// PRECONDITION: n_expert ≤ 1024, top_k ≤ 31.
-__device__ void route_block(const MoeParams& p, int* sel, float* w) {
-  const float* logits = p.logits;
-  const int E = p.n_expert, k = p.top_k;
-  __shared__ float prob[1024];
-  __shared__ float cand_v[1024];  // chunk winners: [chunk][local rank < k]
-  __shared__ int cand_e[1024];
-  __shared__ float scratch[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
-  const int n_chunk = (E + 31) / 32, n_cand = n_chunk * k;
-  float mx = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, logits[e]);
-  mx = warp_max(mx);
-  if (lane == 0) scratch[warp] = mx;
-  __syncthreads();
-  mx = warp_max(lane < n_warp ? scratch[lane] : -INFINITY);
-  float sum = 0.f;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const float v = expf(logits[e] - mx);
-    prob[e] = v;
-    sum += v;
-  }
-  for (int i = threadIdx.x; i < n_cand; i += blockDim.x) cand_v[i] = -1.f, cand_e[i] = 0x7fffffff;
-  sum = block_sum(sum, scratch);  // barrier inside: prob[] and the empty winners complete
-  for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] /= sum;
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const float v = prob[e];
-    const int c0 = e & ~31, c1 = min(E, c0 + 32);
-    int rank = 0;
-    for (int o = c0; o < c1; ++o) {
-      const float u = prob[o];
-      rank += (u > v) || (u == v && o < e);
-    }
-    if (rank < k) cand_v[(c0 >> 5) * k + rank] = v, cand_e[(c0 >> 5) * k + rank] = e;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < n_cand; i += blockDim.x) {
-    const float v = cand_v[i];
-    const int e = cand_e[i];
-    if (v < 0.f) continue;  // a chunk with fewer than k experts
-    int rank = 0;
-#pragma unroll 8
-    for (int j = 0; j < n_cand; ++j) {
-      const float u = cand_v[j];
-      rank += (u > v) || (u == v && cand_e[j] < e);
-    }
-    if (rank < k) w[rank] = v, sel[rank] = e;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float top_sum = 0.f;
-    for (int i = 0; i < k; ++i) top_sum += w[i];
-    for (int i = 0; i < k; ++i) w[i] /= top_sum;
-    sel[k] = E;
-    w[k] = sigmoid(logits[E]);
-  }
-  __syncthreads();
-}
 
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads)
@@ -98,15 +31,7 @@ __global__ void __launch_bounds__(kThreads)
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && *p.halt) return;
-  if (p.logits) {
-    route_block(p, sel, sel_w);
-    if (blockIdx.x == 0 && int(threadIdx.x) <= p.top_k)  // for the down launch
-      p.sel[threadIdx.x] = sel[threadIdx.x], p.sel_w[threadIdx.x] = sel_w[threadIdx.x];
-    if (int(threadIdx.x) < p.n_slot) sel[threadIdx.x] -= p.expert_base;  // slot_begin is 0
-  } else if (int(threadIdx.x) < p.n_slot) {
-    sel[threadIdx.x] = p.sel[p.slot_begin + threadIdx.x] - p.expert_base;
-  }
-  __syncthreads();
+  slot_experts(p, sel, sel_w);
   const int total = p.n_slot * p.n_ff;
   const int stride = gridDim.x * kWarps * subs;
   // The next row pair's loads are issued before this one's math (two round trips in flight).
@@ -187,11 +112,6 @@ __global__ void __launch_bounds__(kThreads) route_kernel(const __grid_constant__
     p.sel[threadIdx.x] = sel[threadIdx.x], p.sel_w[threadIdx.x] = sel_w[threadIdx.x];
 }
 
-// Activation row stride: n_ff rounded up to the widest unit, so every slot's row is aligned.
-int act_stride_of(const MoeParams& p) {
-  return (p.n_ff + 31) / 32 * 32;
-}
-
 template <template <DevFormat, int> class Launch, DevFormat F>
 Status dispatch_ni(int ni, const MoeParams& p, int lpr, cudaStream_t s) {
   if (ni <= 1) return Launch<F, 1>::run(p, lpr, s);
@@ -260,12 +180,18 @@ Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s) {
   ORCHID_TRY(check_routing(p));
   if (p.gate.fmt != p.up.fmt || p.gate.units != p.up.units || p.gate.cols != p.n_embd)
     return err("moe: gate and up must share format and shape");
+  Expected<bool> done = launch_moe_gate_up_dp4a(p, s);
+  if (!done) return done.error();
+  if (*done) return {};
   return dispatch<GateUp>(p.gate, p, s);
 }
 
 Status launch_moe_down(const MoeParams& p, cudaStream_t s) {
   if (p.n_slot < 1 || p.n_slot > 32) return err("moe: ", p.n_slot, " slots (at most 32)");
   if (p.down.cols != p.n_ff) return err("moe: down has ", p.down.cols, " columns, not ", p.n_ff);
+  Expected<bool> done = launch_moe_down_dp4a(p, s);
+  if (!done) return done.error();
+  if (*done) return {};
   return dispatch<Down>(p.down, p, s);
 }
 

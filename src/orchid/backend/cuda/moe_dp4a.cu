@@ -1,0 +1,155 @@
+// MoE experts on dp4a dot products (dp4a_q4.cuh), for q4 group-64 experts of 2,048-wide input
+// and 512-wide intermediate rows (the model's shapes; others run moe.cu's fp32 kernels, as all
+// do with ORCHID_DP4A=0).
+//
+// gate/up: x̂ (post-attention RMSNorm of the residual) is quantised before the dependency wait —
+// the router kernel before it does not write the residual — then each block routes (or reads
+// the routing), and each warp requests the gate and up rows of all its (slot, row) pairs at once
+// before any is multiplied: one weight round trip per launch.
+// down: one warp per slot quantises its slot's activations (512 values) in registers while the
+// rows of that slot's expert are in flight; the block then sums the slots with their routing
+// weights into the residual in a fixed order (deterministic).
+#include <algorithm>
+
+#include "orchid/backend/cuda/dp4a_q4.cuh"
+#include "orchid/backend/cuda/moe_core.cuh"
+
+namespace orchid::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kGateUpUnits = 64;  // 2,048 columns: NI = 2 units per lane
+constexpr int kDownUnits = 16;    // 512 columns: a row per half warp, one unit per lane
+constexpr int kDownRows = 8;      // output rows per down block
+
+// PAIRS: most (slot, row) pairs per warp, their gate and up rows in registers beside x̂.
+template <int PAIRS>
+__global__ void __launch_bounds__(kThreads, 2)
+    gate_up_dp4a_kernel(const __grid_constant__ MoeParams p, int ppw, int act_stride) {
+  constexpr DevFormat F = DevFormat::q4;
+  constexpr int NI = kGateUpUnits / 32;
+  __shared__ int4 xq[4 * kGateUpUnits];
+  __shared__ float2 xd[kGateUpUnits];
+  __shared__ float scratch[32];
+  __shared__ int sel[32];
+  __shared__ float sel_w[32];
+  const SubGroup sg(32);
+  stage_x_quant(p.x, p.n_embd, p.norm, p.eps, xq, xd, scratch);
+  XQuant<NI> q;
+  load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  slot_experts(p, sel, sel_w);
+  const int total = p.n_slot * p.n_ff;
+  const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
+  RowUnits<NI> g[PAIRS], u[PAIRS];
+#pragma unroll
+  for (int i = 0; i < PAIRS; ++i) {
+    const int r = r0 + i;
+    if (i >= ppw || r >= total) break;
+    const int64_t row = int64_t(sel[r / p.n_ff]) * p.n_ff + r % p.n_ff;
+    load_units<F, NI>(p.gate, row, sg.sl, 32, g[i]);
+    load_units<F, NI>(p.up, row, sg.sl, 32, u[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < PAIRS; ++i) {
+    const int r = r0 + i;
+    if (i >= ppw || r >= total) break;
+    const float gv = warp_sum(partial_dot_dp4a<NI>(g[i], q));
+    const float uv = warp_sum(partial_dot_dp4a<NI>(u[i], q));
+    if (sg.sl == 0) p.act[(r / p.n_ff) * act_stride + r % p.n_ff] = silu(gv) * uv;
+  }
+}
+
+// Block: one warp per slot of the launch, kDownRows output rows; each half warp takes every
+// other row.
+__global__ void __launch_bounds__(32 * 32)
+    down_dp4a_kernel(const __grid_constant__ MoeParams p, int act_stride) {
+  constexpr DevFormat F = DevFormat::q4;
+  constexpr int kWords = kDownUnits * 4;  // 8-element words of one activation row
+  // Per warp (slot): its activations' codes and (d, sum) pairs.
+  extern __shared__ int4 smem[];
+  int4* xq = smem + (threadIdx.x >> 5) * 4 * kDownUnits;
+  float2* xd =
+      reinterpret_cast<float2*>(smem + p.n_slot * 4 * kDownUnits) + (threadIdx.x >> 5) * kDownUnits;
+  __shared__ float part[32][kDownRows];
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = p.slot_begin + w;
+  const SubGroup sg(16);
+  const int r0 = blockIdx.x * kDownRows;
+  // The activations and the slot's expert are requested together; the rows follow the expert.
+  float v[kWords / 32][8];
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k)
+    load_word(p.act + w * act_stride, lane + 32 * k, kWords, v[k]);
+  const int64_t base = int64_t(p.sel[slot] - p.expert_base) * p.n_embd;
+  RowUnits<1> rows[kDownRows / 2];
+#pragma unroll
+  for (int k = 0; k < kDownRows / 2; ++k) {
+    const int rr = r0 + sg.sub + 2 * k;
+    if (rr < p.n_embd) load_units<F, 1>(p.down, base + rr, sg.sl, 16, rows[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd);
+  __syncwarp();
+  XQuant<1> q;
+  load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
+#pragma unroll
+  for (int k = 0; k < kDownRows / 2; ++k) {
+    const int kk = sg.sub + 2 * k;
+    float acc = r0 + kk < p.n_embd ? partial_dot_dp4a<1>(rows[k], q) : 0.f;
+    acc = subgroup_sum(acc, 16, sg.mask);
+    if (sg.sl == 0) part[w][kk] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < kDownRows && r0 + int(threadIdx.x) < p.n_embd) {
+    float sum = 0.f;
+    for (int s = 0; s < p.n_slot; ++s)
+      sum = fmaf(p.sel_w[p.slot_begin + s], part[s][threadIdx.x], sum);
+    p.h[r0 + threadIdx.x] += sum;
+  }
+}
+
+template <int PAIRS>
+Expected<bool> launch_gate_up(const MoeParams& p, cudaStream_t s) {
+  const auto kernel = gate_up_dp4a_kernel<PAIRS>;
+  const int warps =
+      sm_count() * resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, 0) * kWarps;
+  const int total = p.n_slot * p.n_ff, ppw = (total + warps - 1) / warps;
+  if (ppw > PAIRS) return false;
+  const int blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
+  if (Status st = launch("moe gate/up (dp4a)", kernel, dim3(blocks), dim3(kThreads), 0, s, p, ppw,
+                         act_stride_of(p));
+      !st.ok())
+    return st.error();
+  return true;
+}
+
+bool q4_group64(const DevMatrix& m) {
+  return m.fmt == DevFormat::q4 && m.group == 64;
+}
+
+}  // namespace
+
+Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
+  if (!dp4a_enabled() || !q4_group64(p.gate) || !q4_group64(p.up) || p.gate.units != kGateUpUnits ||
+      p.n_ff <= 0)
+    return false;
+  return launch_gate_up<3>(p, s);
+}
+
+Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
+  if (!dp4a_enabled() || !q4_group64(p.down) || p.down.units != kDownUnits) return false;
+  const int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
+  const size_t smem = size_t(p.n_slot) * kDownUnits * (4 * sizeof(int4) + sizeof(float2));
+  if (Status st = launch("moe down (dp4a)", down_dp4a_kernel, dim3(blocks), dim3(32 * p.n_slot),
+                         smem, s, p, act_stride_of(p));
+      !st.ok())
+    return st.error();
+  return true;
+}
+
+}  // namespace orchid::cuda
