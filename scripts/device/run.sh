@@ -2,11 +2,13 @@
 # On the GPU machine (device tool), after scripts/device/pack.sh here: the CUDA kernel and
 # whole-model tests (ctest label cuda), then `orchid bench decode` on full-size synthetic
 # weights. Logs and JSON go to $OUT; a short table is printed last.
-#   usage: scripts/device/run.sh [tests|bench|all|ncu|ncu-detail|fullsize|lab] [contexts]
+#   usage: scripts/device/run.sh [tests|bench|all|ncu|ncu-detail|fullsize|timeline|lab] [contexts]
 #   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
 #        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
 #   fullsize: a full-size synthetic checkpoint (orchid synth, 19 GB, made once per machine) through
 #        the CUDA and CPU backends (test CudaFullSize), as $OUT/full_size.log
+#   timeline: Nsight Systems trace of decode at the first context; each kernel's share of the
+#        step (how far it moves the step's end, scripts/device/timeline.py) as $OUT/timeline.txt
 #   lab: the GEMV design experiments (bench/cuda/gemv_lab.cu), as $OUT/gemv-lab.json
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
 #        of each kernel matching REGEX, as $OUT/ncu-detail.txt
@@ -40,7 +42,7 @@ fi
 if [[ "$what" == ncu ]]; then
   ctx="${contexts%%,*}"
   ncu --clock-control none --graph-profiling node \
-    --kernel-name 'regex:gemv|gate_up|down_kernel|attention|gdn|qk_norm|embed' \
+    --kernel-name 'regex:gemv|gate_up|down|attention|gdn|qk_norm|embed|route' \
     --launch-count 300 --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     "$bin/orchid" bench decode --synthetic qwen3.6-35b-a3b --lengths "$ctx" --decode-tokens 8 \
     > "$out/ncu.csv" 2> "$out/ncu.err" || status=1
@@ -72,6 +74,16 @@ if [[ "$what" == fullsize ]]; then
   ORCHID_FULL_SIZE_MODEL="$dir" "$bin/orchid_cuda_tests" --gtest_filter='CudaFullSize.*' \
     > "$out/full_size.log" 2>&1 || status=1
   grep -E "cuda full size|  OK|FAILED|Failure|rel L2|position" "$out/full_size.log" | head -30
+fi
+if [[ "$what" == timeline ]]; then
+  ctx="${contexts%%,*}"
+  nsys profile --cuda-graph-trace=node -o "$out/trace" --force-overwrite true "$bin/orchid" \
+    bench decode --synthetic qwen3.6-35b-a3b --lengths "$ctx" --decode-tokens 16 \
+    --ablation-lengths none > "$out/nsys.log" 2>&1 || status=1
+  nsys stats --report cuda_gpu_trace --format csv --output "$out/trace" "$out/trace.nsys-rep" \
+    >> "$out/nsys.log" 2>&1 || status=1
+  rm -f "$out/trace.nsys-rep" "$out/trace.sqlite"
+  python3 scripts/device/timeline.py "$out"/trace_cuda_gpu_trace.csv 8 | tee "$out/timeline.txt"
 fi
 if [[ "$what" == lab ]]; then
   "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1

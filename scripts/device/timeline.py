@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""Per-kernel share of the decode step from an Nsight Systems trace (CUDA graph nodes traced).
+
+With programmatic dependent launch kernels overlap, so a kernel's own duration overstates what
+it adds to the step. Its share here is how far it moves the step's end: its end time minus the
+latest end of the kernels before it (0 when it ends inside an earlier one's span).
+    usage: timeline.py TRACE_cuda_gpu_trace.csv [steps]
+"""
+import collections
+import csv
+import re
+import sys
+
+rows = []
+with open(sys.argv[1]) as f:
+    for r in csv.DictReader(f):
+        name = r.get("Name") or r.get("Kernel Name") or ""
+        if not r.get("Start (ns)") or "[CUDA mem" in name:
+            continue
+        start, dur = int(r["Start (ns)"]), int(r["Duration (ns)"])
+        rows.append((start, start + dur, re.sub(r"\(.*", "", name).split("::")[-1][:40]))
+rows.sort()
+# The last `steps` decode steps: each ends with the lm_head kernel (mma_gemv or gemv argmax).
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+ends = [i for i, r in enumerate(rows) if r[2].startswith("mma_gemv")]
+if len(ends) < steps + 1:
+    sys.exit(f"only {len(ends)} steps in the trace")
+first, last = ends[-steps - 1] + 1, ends[-1]
+share = collections.defaultdict(float)
+count = collections.Counter()
+own = collections.defaultdict(float)
+latest = rows[first - 1][1]
+for start, end, name in rows[first:last + 1]:
+    share[name] += max(0, end - latest) / steps
+    own[name] += (end - start) / steps
+    count[name] += 1
+    latest = max(latest, end)
+total = (rows[last][1] - rows[first - 1][1]) / steps
+print(f"step {total / 1e3:.1f} us (mean of the last {steps}); per step:")
+print(f"{'kernel':40s} {'n':>4s} {'share us':>9s} {'own us':>9s}")
+for k in sorted(share, key=lambda k: -share[k]):
+    print(f"{k:40s} {count[k] // steps:4d} {share[k] / 1e3:9.1f} {own[k] / 1e3:9.1f}")
