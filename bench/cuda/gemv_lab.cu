@@ -114,6 +114,30 @@ std::vector<double> reference(const DevMatrix& m, const std::vector<float>& x,
   return y;
 }
 
+// Microseconds per replay of what `enqueue` launches on s, captured as one CUDA graph.
+double time_chain(cudaStream_t s, const std::function<void()>& enqueue) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  LAB_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  LAB_CHECK(cudaStreamEndCapture(s, &g));
+  LAB_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  LAB_CHECK(cudaGraphLaunch(ge, s));
+  cudaEvent_t a, b;
+  LAB_CHECK(cudaEventCreate(&a));
+  LAB_CHECK(cudaEventCreate(&b));
+  constexpr int kReps = 40;
+  LAB_CHECK(cudaEventRecord(a, s));
+  for (int i = 0; i < kReps; ++i) LAB_CHECK(cudaGraphLaunch(ge, s));
+  LAB_CHECK(cudaEventRecord(b, s));
+  LAB_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  LAB_CHECK(cudaEventElapsedTime(&ms, a, b));
+  LAB_CHECK(cudaGraphExecDestroy(ge));
+  LAB_CHECK(cudaGraphDestroy(g));
+  return ms * 1e3 / kReps;
+}
+
 struct Result {
   std::string shape, variant;
   double us = 0, gbps = 0, rel_err = -1;
@@ -179,28 +203,13 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < y.size(); ++i) e = std::max(e, std::fabs(y[i] - ref[i]));
         r.rel_err = e / ref_max;
       }
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      LAB_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int v = 0; v < kSets; ++v) one(sets[size_t(v)]);
-      LAB_CHECK(cudaStreamEndCapture(s, &g));
-      LAB_CHECK(cudaGraphInstantiate(&ge, g, 0));
-      LAB_CHECK(cudaGraphLaunch(ge, s));
-      cudaEvent_t a, b;
-      LAB_CHECK(cudaEventCreate(&a));
-      LAB_CHECK(cudaEventCreate(&b));
-      constexpr int kReps = 40;
-      LAB_CHECK(cudaEventRecord(a, s));
-      for (int i = 0; i < kReps; ++i) LAB_CHECK(cudaGraphLaunch(ge, s));
-      LAB_CHECK(cudaEventRecord(b, s));
-      LAB_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      LAB_CHECK(cudaEventElapsedTime(&ms, a, b));
-      r.us = ms * 1e3 / (kReps * kSets);
+      r.us = time_chain(s,
+                        [&] {
+                          for (int v = 0; v < kSets; ++v) one(sets[size_t(v)]);
+                        }) /
+             kSets;
       r.gbps = double(bytes) / (r.us * 1e3);
       results.push_back(r);
-      LAB_CHECK(cudaGraphExecDestroy(ge));
-      LAB_CHECK(cudaGraphDestroy(g));
     };
 
     // The shipped kernels: launch_gemv on each of its q4 paths.
@@ -272,6 +281,58 @@ int main(int argc, char** argv) {
       LAB_CHECK(cudaFree(const_cast<uint32_t*>(ws.m.sb)));
       LAB_CHECK(cudaFree(ws.y));
     }
+  }
+  // The expert gate/up launch with routing in its prologue, against sel given and the routing
+  // kernel alone (weights of 257 stacked experts of 512 rows; the same launch 30 times).
+  {
+    const int E = 256, k = 8, ff = 512, H = 2048, rows = (E + 1) * ff;
+    void *gw, *uw;
+    uint32_t *gsb, *usb;
+    float *logits, *sel_w, *act;
+    int* sel;
+    LAB_CHECK(cudaMalloc(&gw, size_t(rows) * 64 * 16));
+    LAB_CHECK(cudaMalloc(&uw, size_t(rows) * 64 * 16));
+    LAB_CHECK(cudaMalloc(&gsb, size_t(rows) * 32 * 4));
+    LAB_CHECK(cudaMalloc(&usb, size_t(rows) * 32 * 4));
+    LAB_CHECK(cudaMalloc(&logits, (E + 1) * 4));
+    LAB_CHECK(cudaMalloc(&sel_w, 32 * 4));
+    LAB_CHECK(cudaMalloc(&sel, 32 * 4));
+    LAB_CHECK(cudaMalloc(&act, size_t(k + 1) * ff * 4));
+    if (!launch_fill_random(gw, int64_t(rows) * 64 * 4, 1, s) ||
+        !launch_fill_random(uw, int64_t(rows) * 64 * 4, 2, s) ||
+        !launch_fill_scale_bias(gsb, int64_t(rows) * 32, 0.05f, 4, 3, s) ||
+        !launch_fill_scale_bias(usb, int64_t(rows) * 32, 0.05f, 4, 4, s) ||
+        !launch_fill_uniform_f32(logits, E + 1, -3.f, 3.f, 5, s))
+      return 1;
+    MoeParams p;
+    auto mat = [](const void* w, const uint32_t* sb, int r) {
+      DevMatrix m;
+      m.w = w, m.sb = sb, m.rows = r, m.cols = 2048, m.units = 64, m.group = 64;
+      m.fmt = DevFormat::q4;
+      return m;
+    };
+    p.gate = mat(gw, gsb, rows), p.up = mat(uw, usb, rows);
+    p.n_ff = ff, p.n_embd = H, p.n_slot = k + 1, p.x = x, p.norm = norm;
+    p.logits = logits, p.n_expert = E, p.top_k = k, p.sel = sel, p.sel_w = sel_w, p.act = act;
+    set_dp4a_enabled(true);
+    if (!launch_moe_gate_up(p, s)) return 1;  // sel for the launches without logits
+    LAB_CHECK(cudaStreamSynchronize(s));
+    MoeParams given = p;
+    given.logits = nullptr;
+    auto chain = [&](const char* name, const MoeParams& q, bool route) {
+      const double us =
+          time_chain(s,
+                     [&] {
+                       for (int i = 0; i < kSets; ++i)
+                         if (route ? !launch_moe_route(q, s) : !launch_moe_gate_up(q, s))
+                           std::exit(1);
+                     }) /
+          kSets;
+      results.push_back(Result{"moe gate/up 9x512x2048", name, us, 0, -1});
+    };
+    chain("routing in the prologue", p, false);
+    chain("sel given (no routing)", given, false);
+    chain("routing kernel alone", p, true);
   }
   std::printf("%-24s %-44s %8s %8s %10s\n", "shape", "variant", "us", "GB/s", "rel err");
   for (const Result& r : results)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds here (nvcc compiles the sm_90a kernels) and stages what the GPU machine needs in
 # .device/ (ignored by git; name it in the device tool's `carry`): the binaries and the shared
-# libraries that machine's image lacks. Then run scripts/device/run.sh there.
+# libraries that machine's image lacks (libdw / libelf: for its Nsight Systems importer). Then run
+# scripts/device/run.sh there.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -10,7 +11,7 @@ scripts/build.sh default orchid orchid_cuda_tests orchid_gemv_lab
 rm -rf .device && mkdir -p .device/bin .device/lib
 cp build/orchid build/orchid_cuda_tests build/orchid_gemv_lab .device/bin/
 for lib in libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libbrotlidec.so.1 \
-           libbrotlienc.so.1 libbrotlicommon.so.1; do
+           libbrotlienc.so.1 libbrotlicommon.so.1 libdw.so.1 libelf.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .device/lib/
 done
 # The device tool carries at most 64 MiB: binaries travel stripped and gzipped (run.sh unpacks).

@@ -77,12 +77,20 @@ if [[ "$what" == fullsize ]]; then
 fi
 if [[ "$what" == timeline ]]; then
   ctx="${contexts%%,*}"
-  nsys profile --cuda-graph-trace=node -o "$out/trace" --force-overwrite true "$bin/orchid" \
+  # The image has no Nsight Systems on PATH; Nsight Compute ships an nsys binary.
+  nsys="$(command -v nsys || ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | head -1)"
+  "$nsys" profile --cuda-graph-trace=node -o "$out/trace" --force-overwrite true "$bin/orchid" \
     bench decode --synthetic qwen3.6-35b-a3b --lengths "$ctx" --decode-tokens 16 \
     --ablation-lengths none > "$out/nsys.log" 2>&1 || status=1
-  nsys stats --report cuda_gpu_trace --format csv --output "$out/trace" "$out/trace.nsys-rep" \
+  # That nsys leaves the raw stream; the importer beside it (Nsight Compute's host tools) makes
+  # the report.
+  if [[ ! -f "$out/trace.nsys-rep" && -f "$out/trace.qdstrm" ]]; then
+    importer="$(ls /opt/nvidia/nsight-compute/*/host/*/QdstrmImporter | head -1)"
+    "$importer" -i "$out/trace.qdstrm" >> "$out/nsys.log" 2>&1 || status=1
+  fi
+  "$nsys" stats --report cuda_gpu_trace --format csv --output "$out/trace" "$out/trace.nsys-rep" \
     >> "$out/nsys.log" 2>&1 || status=1
-  rm -f "$out/trace.nsys-rep" "$out/trace.sqlite"
+  rm -f "$out/trace.nsys-rep" "$out/trace.sqlite" "$out/trace.qdstrm"
   python3 scripts/device/timeline.py "$out"/trace_cuda_gpu_trace.csv 8 | tee "$out/timeline.txt"
 fi
 if [[ "$what" == lab ]]; then

@@ -165,7 +165,8 @@ struct Down {
 }  // namespace
 
 Status check_routing(const MoeParams& p) {
-  if (p.logits && (p.n_expert > 1024 || p.top_k + 1 > 32 || !p.sel || !p.sel_w || p.slot_begin))
+  if (p.logits && (p.n_expert > 1024 || p.top_k < 1 || p.top_k > p.n_expert || p.top_k + 1 > 32 ||
+                   !p.sel || !p.sel_w || p.slot_begin))
     return err("moe: routing of ", p.n_expert, " experts, top ", p.top_k, " is not supported");
   return {};
 }

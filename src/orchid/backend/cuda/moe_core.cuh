@@ -6,69 +6,70 @@
 
 namespace orchid::cuda {
 
-// MoE routing by one block (blockDim ≥ 32): softmax over n_expert logits; the top_k by rank
-// (how many beat an expert: higher probability, or equal with a lower id — the CPU's order),
-// computed by all threads at once in two levels: each expert's rank within its chunk of 32, then
-// the chunk winners' ranks among all chunk winners (every global top-k expert wins in its chunk,
-// and those it loses to are winners too), 32 + chunks·k comparisons per thread instead of
-// n_expert. Renormalised weights; slot top_k is the shared expert (id n_expert) with its
-// sigmoid gate. Results in shared memory (sel, w). Ends with a barrier.
-// PRECONDITION: n_expert ≤ 1024, top_k ≤ 31.
+// An expert's routing key: larger for a higher logit, then for a lower id (one 64-bit compare
+// ranks two experts). The logit's bits are mapped to an order-preserving unsigned value.
+__device__ __forceinline__ uint64_t route_key(float logit, int e) {
+  const uint32_t u = __float_as_uint(logit);
+  return uint64_t(u & 0x80000000u ? ~u : u | 0x80000000u) << 32 | uint32_t(~e);
+}
+__device__ __forceinline__ float route_key_logit(uint64_t key) {
+  const uint32_t u = uint32_t(key >> 32);
+  return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
+}
+__device__ __forceinline__ int route_key_expert(uint64_t key) {
+  return int(~uint32_t(key));
+}
+
+// MoE routing by one block: the top_k experts by router logit (the softmax is monotonic; ties
+// to the lower id — the CPU's order, which ranks the probabilities, differs only where two
+// different logits round to one probability), in two levels: each expert's rank within its
+// chunk of 32 by one warp's shuffles, then the chunk winners' ranks among all chunk winners
+// (every global top-k expert wins in its chunk, and those it loses to are winners too), four
+// threads per winner. Weights: the softmax renormalised over the top_k, exp(l_i − l_top) /
+// Σ_j exp(l_j − l_top) (the full softmax's denominator cancels); slot top_k is the shared expert
+// (id n_expert) with sigmoid(logits[n_expert]). Every logit is requested at once; three barriers.
+// Results in shared memory (sel, w). Ends with a barrier.
+// PRECONDITION: n_expert ≤ 1024, 1 ≤ top_k ≤ 31, blockDim.x a multiple of 32.
 __device__ __forceinline__ void route_block(const MoeParams& p, int* sel, float* w) {
+  constexpr int kSplit = 4;        // threads ranking one chunk winner
+  __shared__ uint64_t cand[1024];  // chunk winners' keys: [chunk][rank in chunk < k]; 0: none
   const float* logits = p.logits;
   const int E = p.n_expert, k = p.top_k;
-  __shared__ float prob[1024];
-  __shared__ float cand_v[1024];  // chunk winners: [chunk][local rank < k]
-  __shared__ int cand_e[1024];
-  __shared__ float scratch[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = blockDim.x >> 5;
   const int n_chunk = (E + 31) / 32, n_cand = n_chunk * k;
-  float mx = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, logits[e]);
-  mx = warp_max(mx);
-  if (lane == 0) scratch[warp] = mx;
-  __syncthreads();
-  mx = warp_max(lane < n_warp ? scratch[lane] : -INFINITY);
-  float sum = 0.f;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const float v = expf(logits[e] - mx);
-    prob[e] = v;
-    sum += v;
-  }
-  for (int i = threadIdx.x; i < n_cand; i += blockDim.x) cand_v[i] = -1.f, cand_e[i] = 0x7fffffff;
-  sum = block_sum(sum, scratch);  // barrier inside: prob[] and the empty winners complete
-  for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] /= sum;
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const float v = prob[e];
-    const int c0 = e & ~31, c1 = min(E, c0 + 32);
+  const float shared_logit = threadIdx.x == 0 ? logits[E] : 0.f;
+  for (int c = warp; c < n_chunk; c += n_warp) {
+    const int e = c * 32 + lane;
+    const float v = e < E ? logits[e] : -INFINITY;  // past E: after every expert
     int rank = 0;
-    for (int o = c0; o < c1; ++o) {
-      const float u = prob[o];
-      rank += (u > v) || (u == v && o < e);
+#pragma unroll
+    for (int o = 0; o < 32; ++o) {
+      const float u = __shfl_sync(0xffffffffu, v, o);
+      rank += (u > v) || (u == v && o < lane);
     }
-    if (rank < k) cand_v[(c0 >> 5) * k + rank] = v, cand_e[(c0 >> 5) * k + rank] = e;
+    if (rank < k) cand[c * k + rank] = e < E ? route_key(v, e) : 0;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < n_cand; i += blockDim.x) {
-    const float v = cand_v[i];
-    const int e = cand_e[i];
-    if (v < 0.f) continue;  // a chunk with fewer than k experts
+  const int part = threadIdx.x % kSplit;
+  for (int base = 0; base < n_cand; base += int(blockDim.x) / kSplit) {
+    const int i = base + int(threadIdx.x) / kSplit;
+    const uint64_t key = i < n_cand ? cand[i] : 0;
     int rank = 0;
-#pragma unroll 8
-    for (int j = 0; j < n_cand; ++j) {
-      const float u = cand_v[j];
-      rank += (u > v) || (u == v && cand_e[j] < e);
-    }
-    if (rank < k) w[rank] = v, sel[rank] = e;
+#pragma unroll 4
+    for (int j = part; j < n_cand; j += kSplit) rank += cand[j] > key;
+    rank += __shfl_xor_sync(0xffffffffu, rank, 1);
+    rank += __shfl_xor_sync(0xffffffffu, rank, 2);
+    if (part == 0 && key != 0 && rank < k)
+      w[rank] = route_key_logit(key), sel[rank] = route_key_expert(key);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float top_sum = 0.f;
-    for (int i = 0; i < k; ++i) top_sum += w[i];
-    for (int i = 0; i < k; ++i) w[i] /= top_sum;
-    sel[k] = E;
-    w[k] = sigmoid(logits[E]);
+  if (warp == 0) {
+    const float top = w[0];
+    const float ex = lane < k ? expf(w[lane] - top) : 0.f;
+    const float sum = warp_sum(ex);
+    __syncwarp();
+    if (lane < k) w[lane] = ex / sum;
+    if (lane == 0) sel[k] = E, w[k] = sigmoid(shared_logit);
   }
   __syncthreads();
 }
