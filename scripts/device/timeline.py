@@ -18,7 +18,11 @@ with open(sys.argv[1]) as f:
         if not r.get("Start (ns)") or "[CUDA mem" in name:
             continue
         start, dur = int(r["Start (ns)"]), int(r["Duration (ns)"])
-        rows.append((start, start + dur, re.sub(r"\(.*", "", name).split("::")[-1][:40]))
+        # Drop the parameter list, keep template arguments (they tell the GEMV shapes apart).
+        name = re.sub(r"\([^()]*\)$", "", name)
+        name = re.sub(r"orchid::cuda::|<unnamed>::|\(anonymous namespace\)::|void ", "", name)
+        name = name.replace("(DevFormat)0", "q4").replace("(DevFormat)1", "q8")
+        rows.append((start, start + dur, name.replace("(DevFormat)2", "bf16")[:48]))
 rows.sort()
 # The last `steps` decode steps: each ends with the lm_head kernel (mma_gemv or gemv argmax).
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -37,6 +41,6 @@ for start, end, name in rows[first:last + 1]:
     latest = max(latest, end)
 total = (rows[last][1] - rows[first - 1][1]) / steps
 print(f"step {total / 1e3:.1f} us (mean of the last {steps}); per step:")
-print(f"{'kernel':40s} {'n':>4s} {'share us':>9s} {'own us':>9s}")
+print(f"{'kernel':48s} {'n':>4s} {'share us':>9s} {'own us':>9s}")
 for k in sorted(share, key=lambda k: -share[k]):
-    print(f"{k:40s} {count[k] // steps:4d} {share[k] / 1e3:9.1f} {own[k] / 1e3:9.1f}")
+    print(f"{k:48s} {count[k] // steps:4d} {share[k] / 1e3:9.1f} {own[k] / 1e3:9.1f}")

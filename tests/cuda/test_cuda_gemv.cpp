@@ -4,7 +4,7 @@
 // Bound: |got − ref| ≤ 1e-4 · Σ|w·x| + 1e-6 per output. CUDA cores: fp32 sums of exact products.
 // Tensor cores (q4): x̂ rounded to fp16 (relative ≤ 2⁻¹¹ per element, independent), so the
 // expected error is ~1.4e-4 · √Σ(w·x)², below 2e-5 · Σ|w·x| from 128 columns up.
-// dp4a (q4): each x̂ element off by ≤ its group's max|x̂| / 64,516, so the bound adds
+// dp4a (q4, q8): each x̂ element off by ≤ its group's max|x̂| / 64,516, so the bound adds
 // Σ|w_c| · gmax(c) / 64,516 (a worst case, not an estimate).
 #include <algorithm>
 #include <cmath>
@@ -25,7 +25,7 @@ using test::x_hat;
 
 void expect_close(const HostMatrix& h, const std::vector<double>& xh, const std::vector<float>& got,
                   const std::vector<float>* add, const char* what) {
-  const bool quantised = h.fmt == DevFormat::q4 && cuda::dp4a_enabled();
+  const bool quantised = h.fmt != DevFormat::bf16 && cuda::dp4a_enabled();
   const std::vector<double> gmax = test::group_max_abs(xh, 64);
   int bad = 0;
   for (int r = 0; r < h.rows; ++r) {

@@ -301,8 +301,9 @@ __device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v,
 // Returns false when p is not a shape it takes (the caller falls back).
 Expected<bool> launch_mma_gemv(const GemvParams& p, cudaStream_t s);
 
-// The q4 GEMV of gemv_upfront.cu for p (store epilogue, 2,048 or 4,096 columns, rows for one
-// wave), validated by launch_gemv. Returns false when p is not a launch it takes.
+// The dp4a GEMV of gemv_upfront.cu for p (store epilogue; q4 rows of 2,048 or 4,096 columns, q8
+// of 2,048; rows for one wave), validated by launch_gemv. Returns false when p is not a launch it
+// takes.
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
 
 // Multiprocessors of the current device (cached).

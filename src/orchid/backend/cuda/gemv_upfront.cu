@@ -1,15 +1,17 @@
-// Batch-1 q4 (group 64) GEMV for rows of 2,048 or 4,096 columns (the layers' projections), store
-// epilogue: each warp owns a few consecutive rows and requests all of them before the kernel
-// waits for the previous one, so a launch is one memory round trip instead of one per row batch;
-// grids are sized so every warp of one wave has ≤ ROWS rows. x̂ (RMSNorm prologue) is quantised
-// once per block straight from registers for dp4a dot products (dp4a_q4.cuh). ORCHID_DP4A=0
-// runs gemv.cu's kernel instead (fp32 products, row batches in flight).
+// Batch-1 GEMV for q4 (group 64) rows of 2,048 or 4,096 columns (the layers' projections) and
+// q8 rows of 2,048 (the router), store epilogue: each warp owns a few consecutive rows and requests
+// all of them before the kernel waits for the previous one, so a launch is one memory round trip
+// instead of one per row batch; grids are sized so every warp of one wave has ≤ ROWS rows. x̂
+// (RMSNorm prologue) is quantised once per block straight from registers for dp4a dot products
+// (dp4a_q4.cuh). ORCHID_DP4A=0 runs gemv.cu's kernel instead (fp32 products, row batches in
+// flight).
 //
 // Lab numbers (bench/cuda/gemv_lab.cu, H200, 30 launches back to back, session 4): 12,352 ×
 // 2,048 rows 12.3 µs with gemv.cu's kernel → 8.3 (this layout, fp32 products) → 6.7 (dp4a,
 // x̂ quantised from registers); the loads alone 4.1, the prologue alone 2.1.
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "orchid/backend/cuda/dp4a_q4.cuh"
 
@@ -20,14 +22,18 @@ std::atomic<bool> g_dp4a{true};
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-template <int NI, int ROWS>
+// x̂ as a lane of a q4 or a q8 row reads it.
+template <DevFormat F, int NI>
+using XCodes = std::conditional_t<F == DevFormat::q4, XQuant<NI>, XQuant8<NI>>;
+
+template <DevFormat F, int NI, int ROWS>
 __global__ void __launch_bounds__(kThreads, 2)
     upfront_gemv_kernel(const __grid_constant__ GemvParams p, int rpw) {
-  constexpr DevFormat F = DevFormat::q4;
   extern __shared__ float4 smem4[];
-  const int units = p.task[0].m.units;
+  const int units = p.cols / 32;  // 32-element units of x̂
   int4* xq = reinterpret_cast<int4*>(smem4);
   float2* xd = reinterpret_cast<float2*>(xq + 4 * units);
+  float* xw = reinterpret_cast<float*>(xd + units);
   __shared__ float scratch[32];
   const SubGroup sg(32);
 
@@ -56,14 +62,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && *p.halt) return;
-  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, scratch);
-  XQuant<NI> q;
-  load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
+  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, F == DevFormat::q8 ? xw : nullptr, scratch);
+  XCodes<F, NI> q;
+  if constexpr (F == DevFormat::q4)
+    load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
+  else
+    load_x_quant8<NI>(xq, xd, xw, units, sg.sl, 32, q);
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     const int rr = r0 + i;
     if (i >= rpw || rr >= total) break;
-    const float acc = warp_sum(partial_dot_dp4a<NI>(w[i], q));
+    float acc;
+    if constexpr (F == DevFormat::q4)
+      acc = warp_sum(partial_dot_dp4a<NI>(w[i], q));
+    else
+      acc = warp_sum(partial_dot_dp4a8<NI>(w[i], q));
     if (sg.sl == 0) {
       const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
       const GemvTask& tk = p.task[t];
@@ -73,10 +86,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // Launches with rows per warp (≤ ROWS) for a one-wave grid; false when there are too many rows.
-template <int NI, int ROWS>
+template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
-  const auto kernel = upfront_gemv_kernel<NI, ROWS>;
-  const size_t smem = x_quant_smem_bytes(p.task[0].m.units);
+  const auto kernel = upfront_gemv_kernel<F, NI, ROWS>;
+  const size_t smem = x_quant_smem_bytes(p.cols / 32);
   const int warps =
       sm_count() * resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem) * kWarps;
   const int rpw = (total + warps - 1) / warps;
@@ -99,14 +112,15 @@ void set_dp4a_enabled(bool on) {
 
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s) {
   const DevMatrix& m = p.task[0].m;
-  if (!dp4a_enabled() || p.epilogue != GemvEpilogue::store || m.fmt != DevFormat::q4 ||
-      m.group != 64)
-    return false;
+  if (!dp4a_enabled() || p.epilogue != GemvEpilogue::store || m.group != 64) return false;
   int total = 0;
   for (int t = 0; t < p.n_task; ++t) total += p.task[t].m.rows;
   // ROWS: registers for the rows' loads beside x̂ (≤ 128 per thread, two blocks per SM).
-  if (m.units == 64) return launch_rows<2, 8>(p, total, s);
-  if (m.units == 128) return launch_rows<4, 2>(p, total, s);
+  if (m.fmt == DevFormat::q4 && m.units == 64) return launch_rows<DevFormat::q4, 2, 8>(p, total, s);
+  if (m.fmt == DevFormat::q4 && m.units == 128)
+    return launch_rows<DevFormat::q4, 4, 2>(p, total, s);
+  if (m.fmt == DevFormat::q8 && m.units == 128)  // the router and shared-expert gate
+    return launch_rows<DevFormat::q8, 4, 2>(p, total, s);
   return false;
 }
 
