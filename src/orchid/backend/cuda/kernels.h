@@ -101,6 +101,8 @@ struct MoeParams {
   // block 0 publishes sel / sel_w for the down launch. Without, sel / sel_w are inputs.
   const float* logits = nullptr;
   int n_expert = 0, top_k = 0;
+  // The dp4a down launch reads sel before waiting for the gate/up launch, which publishes it
+  // (block 0, fenced) before it lets dependents launch.
   int* sel = nullptr;      // [top_k + 1]
   float* sel_w = nullptr;  // [top_k + 1]
   float* act = nullptr;    // [n_slot, n_ff] silu(gate) ⊙ up of this launch's slots

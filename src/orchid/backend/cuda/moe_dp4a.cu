@@ -6,8 +6,9 @@
 // the router kernel before it does not write the residual — then each block routes (or reads
 // the routing), and each warp requests the gate and up rows of all its (slot, row) pairs at once
 // before any is multiplied: one weight round trip per launch.
-// down: one warp per slot quantises its slot's activations (512 values) in registers while the
-// rows of that slot's expert are in flight; the block then sums the slots with their routing
+// down: the expert rows are requested before the dependency wait (the gate/up launch publishes
+// the routing before it lets this launch start); one warp per slot quantises its slot's
+// activations (512 values) in registers; the block then sums the slots with their routing
 // weights into the residual in a fixed order (deterministic).
 #include <algorithm>
 
@@ -38,9 +39,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   XQuant<NI> q;
   load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
   grid_dep_wait();
-  grid_dep_release();
+  // The down launch reads sel before its dependency wait (down_dp4a_kernel): block 0 lets it
+  // launch only once sel is published.
+  if (blockIdx.x != 0) grid_dep_release();
   if (p.halt && *p.halt) return;
   slot_experts(p, sel, sel_w);
+  if (blockIdx.x == 0) {
+    __threadfence();
+    grid_dep_release();
+  }
   const int total = p.n_slot * p.n_ff;
   const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
   RowUnits<NI> g[PAIRS], u[PAIRS];
@@ -74,24 +81,27 @@ __global__ void __launch_bounds__(32 * 32)
   float2* xd =
       reinterpret_cast<float2*>(smem + p.n_slot * 4 * kDownUnits) + (threadIdx.x >> 5) * kDownUnits;
   __shared__ float part[32][kDownRows];
-  grid_dep_wait();
-  grid_dep_release();
-  if (p.halt && *p.halt) return;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = p.slot_begin + w;
   const SubGroup sg(16);
   const int r0 = blockIdx.x * kDownRows;
-  // The activations and the slot's expert are requested together; the rows follow the expert.
-  float v[kWords / 32][8];
-#pragma unroll
-  for (int k = 0; k < kWords / 32; ++k)
-    load_word(p.act + w * act_stride, lane + 32 * k, kWords, v[k]);
-  const int64_t base = int64_t(p.sel[slot] - p.expert_base) * p.n_embd;
+  // The slot's expert, and its rows, before the dependency wait: the gate/up launch publishes sel
+  // before it lets this one launch (or an earlier, finished routing kernel did). Read past L1,
+  // which may hold an earlier layer's sel; clamped, so that no value can send a load astray.
+  const int expert = min(max(__ldcg(p.sel + slot) - p.expert_base, 0), p.down.rows / p.n_embd - 1);
+  const int64_t base = int64_t(expert) * p.n_embd;
   RowUnits<1> rows[kDownRows / 2];
 #pragma unroll
   for (int k = 0; k < kDownRows / 2; ++k) {
     const int rr = r0 + sg.sub + 2 * k;
     if (rr < p.n_embd) load_units<F, 1>(p.down, base + rr, sg.sl, 16, rows[k]);
   }
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  float v[kWords / 32][8];
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k)
+    load_word(p.act + w * act_stride, lane + 32 * k, kWords, v[k]);
 #pragma unroll
   for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
   __syncwarp();
