@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache git pkg-config
   clang libclang-rt-14-dev clang-format
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-  libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+  libpcre2-dev libutf8proc-dev libcpp-httplib-dev zlib1g-dev
   python3 python3-jinja2
 )
 

@@ -1,5 +1,6 @@
 // `orchid bench (prefill|decode|all) -m DIR`: tokens/s of prefill at each prompt length and
-// of decode at each context length, written as JSON (bench/results/*.json).
+// of decode at each context length, written as JSON (bench/results/*.json); `bench plot` draws
+// them (cmd_bench_plot.cpp).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -90,17 +91,20 @@ void add_bench(CLI::App& app, int& exit_code) {
     ModelOptions model;
     std::string what = "all", lengths = "256,512,1024", out, synthetic;
     std::string ablation_lengths = "4096,32768";
+    std::vector<std::string> series;
     int decode_tokens = 32;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode tokens/s");
-  cmd->add_option("what", args->what, "prefill | decode | all")
-      ->check(CLI::IsMember({"prefill", "decode", "all"}));
+  cmd->add_option("what", args->what, "prefill | decode | all | plot")
+      ->check(CLI::IsMember({"prefill", "decode", "all", "plot"}));
   add_model_options(cmd, args->model);
   cmd->add_option("--lengths", args->lengths, "prompt / context lengths, comma-separated");
   cmd->add_option("--decode-tokens", args->decode_tokens, "decode steps timed per context")
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--out", args->out, "write the results as JSON here");
+  cmd->add_option("--out", args->out, "write the results as JSON here (plot: OUT.svg, OUT.png)");
+  cmd->add_option("--series", args->series,
+                  "plot: LABEL=FILE.json, a bench JSON (or the llama.cpp peer file) per line");
   cmd->get_option("-m")->required(false);
   cmd->add_option("--synthetic", args->synthetic,
                   "decode on random full-size weights made on the GPU (e.g. qwen3.6-35b-a3b)");
@@ -108,6 +112,7 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "--synthetic: contexts of the per-kernel report and the switches' ablations "
                   "(comma-separated; 'none' skips them and the per-shape report)");
   cmd->callback([args, &exit_code] {
+    if (args->what == "plot") return void(exit_code = bench_plot(args->series, args->out));
     auto lengths = parse_token_list(args->lengths);
     if (!lengths) return void(exit_code = fail("--lengths: " + lengths.message()));
     if (!args->synthetic.empty()) {

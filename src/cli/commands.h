@@ -26,6 +26,8 @@ void add_serve(CLI::App& app, int& exit_code);
 Expected<std::vector<int32_t>> parse_token_list(const std::string& text);
 // Prints "orchid: error: MESSAGE" to stderr and returns 1.
 int fail(const std::string& message);
+// `orchid bench plot`: the series' prefill / decode tok/s charts as OUT.svg and OUT.png.
+int bench_plot(const std::vector<std::string>& series, const std::string& out);
 
 }  // namespace orchid::cli
 
