@@ -4,7 +4,8 @@
 With programmatic dependent launch kernels overlap, so a kernel's own duration overstates what
 it adds to the step. Its share here is how far it moves the step's end: its end time minus the
 latest end of the kernels before it (0 when it ends inside an earlier one's span).
-    usage: timeline.py TRACE_cuda_gpu_trace.csv [steps]
+    usage: timeline.py TRACE_cuda_gpu_trace.csv [steps] [last kernel of a step]
+(default mma_gemv_kernel: the lm_head on tensor cores; with ORCHID_MMA=0 give gemv_kernel)
 """
 import collections
 import csv
@@ -24,9 +25,10 @@ with open(sys.argv[1]) as f:
         name = name.replace("(DevFormat)0", "q4").replace("(DevFormat)1", "q8")
         rows.append((start, start + dur, name.replace("(DevFormat)2", "bf16")[:48]))
 rows.sort()
-# The last `steps` decode steps: each ends with the lm_head kernel (mma_gemv or gemv argmax).
+# The last `steps` decode steps, each ending with the lm_head kernel.
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-ends = [i for i, r in enumerate(rows) if r[2].startswith("mma_gemv")]
+last = sys.argv[3] if len(sys.argv) > 3 else "mma_gemv_kernel"
+ends = [i for i, r in enumerate(rows) if r[2].startswith(last)]
 if len(ends) < steps + 1:
     sys.exit(f"only {len(ends)} steps in the trace")
 first, last = ends[-steps - 1] + 1, ends[-1]

@@ -2,6 +2,7 @@
 // dequantized values on the host.
 #pragma once
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -45,6 +46,25 @@ struct HostMatrix {
       }
   }
 };
+
+// |scale · code| of element (r, c) of a q4 / q8 matrix: what a dp4a kernel multiplies by its
+// quantised input (the bias term uses the exact input sum).
+inline double scaled_code(const HostMatrix& h, int r, int c) {
+  const int bits = h.fmt == cuda::DevFormat::q4 ? 4 : 8, per = 32 / bits;
+  const uint32_t q =
+      (h.words[size_t(r) * h.units * 4 + c / per] >> (bits * (c % per))) & ((1u << bits) - 1u);
+  const uint32_t p = h.sb[size_t(r) * (h.cols / h.group) + c / h.group];
+  return std::fabs(double(bf16_to_f32(uint16_t(p))) * double(q));
+}
+
+// The dp4a kernels' worst case for row r (dp4a_q4.cuh): each input off by at most its group's
+// largest |x̂| / 64,516 (gmax: per element, test::group_max_abs), so the dot product by
+// Σ_c |scale · code_c| · gmax(c) / 64,516.
+inline double dp4a_bound(const HostMatrix& h, int r, const std::vector<double>& gmax) {
+  double b = 0;
+  for (int c = 0; c < h.cols; ++c) b += scaled_code(h, r, c) * gmax[size_t(c)];
+  return b / 64516.0;
+}
 
 struct DeviceMatrix {
   DevBuf<uint32_t> words, sb;

@@ -21,9 +21,8 @@ inline std::vector<double> x_hat(const std::vector<float>& x, const std::vector<
   return v;
 }
 
-// The dp4a kernels' bound (dp4a_q4.cuh): each x̂ element is off by at most its group's
-// max|x̂| / 64,516, so a dot product with weights w by Σ|w_c| · gmax(c) / 64,516. Per element:
-// the largest |x̂| of its group of `group` elements.
+// The largest |x̂| of each element's group of `group` elements (the dp4a kernels quantise x̂ per
+// group: cuda_test_matrix.h's dp4a_bound).
 inline std::vector<double> group_max_abs(const std::vector<double>& xh, int group) {
   std::vector<double> g(xh.size());
   for (size_t b = 0; b < xh.size(); b += size_t(group)) {
@@ -34,7 +33,6 @@ inline std::vector<double> group_max_abs(const std::vector<double>& xh, int grou
   }
   return g;
 }
-constexpr double kDp4aStep = 1.0 / 64516.0;
 
 // MoE routing from logits [E + 1]: softmax over the first E, the top k by probability (ties to
 // the lower id), weights renormalised over them; then the shared expert (id E) with

@@ -4,8 +4,8 @@
 // Bound: |got − ref| ≤ 1e-4 · Σ|w·x| + 1e-6 per output. CUDA cores: fp32 sums of exact products.
 // Tensor cores (q4): x̂ rounded to fp16 (relative ≤ 2⁻¹¹ per element, independent), so the
 // expected error is ~1.4e-4 · √Σ(w·x)², below 2e-5 · Σ|w·x| from 128 columns up.
-// dp4a (q4, q8): each x̂ element off by ≤ its group's max|x̂| / 64,516, so the bound adds
-// Σ|w_c| · gmax(c) / 64,516 (a worst case, not an estimate).
+// dp4a (q4, q8; only where the kernel runs): each x̂ element off by ≤ its group's max|x̂| /
+// 64,516, so the bound adds Σ|scale · code_c| · gmax(c) / 64,516 (a worst case).
 #include <algorithm>
 #include <cmath>
 
@@ -23,21 +23,27 @@ using test::DeviceMatrix;
 using test::HostMatrix;
 using test::x_hat;
 
+// Whether launch_gemv gives matrices like h to the dp4a kernel on `path` (its dispatch rule:
+// q4 rows of 2,048 or 4,096 columns unless the tensor cores take them, q8 rows of 2,048).
+bool dp4a_takes(const HostMatrix& h, test::KernelPath path) {
+  if (!path.dp4a) return false;
+  if (h.fmt == DevFormat::q4) return !path.mma && (h.cols == 2048 || h.cols == 4096);
+  return h.fmt == DevFormat::q8 && h.cols == 2048;
+}
+
 void expect_close(const HostMatrix& h, const std::vector<double>& xh, const std::vector<float>& got,
-                  const std::vector<float>* add, const char* what) {
-  const bool quantised = h.fmt != DevFormat::bf16 && cuda::dp4a_enabled();
+                  const std::vector<float>* add, bool dp4a, const char* what) {
   const std::vector<double> gmax = test::group_max_abs(xh, 64);
   int bad = 0;
   for (int r = 0; r < h.rows; ++r) {
-    double ref = add ? (*add)[size_t(r)] : 0.0, mag = 0, qerr = 0;
+    double ref = add ? (*add)[size_t(r)] : 0.0, mag = 0;
     for (int c = 0; c < h.cols; ++c) {
-      const double w = h.w[size_t(r) * h.cols + c], p = w * xh[size_t(c)];
+      const double p = double(h.w[size_t(r) * h.cols + c]) * xh[size_t(c)];
       ref += p;
       mag += std::fabs(p);
-      qerr += std::fabs(w) * gmax[size_t(c)];
     }
     const double tol = 1e-4 * mag + 1e-6 + (add ? 1e-6 * std::fabs((*add)[size_t(r)]) : 0.0) +
-                       (quantised ? qerr * test::kDp4aStep : 0.0);
+                       (dp4a ? test::dp4a_bound(h, r, gmax) : 0.0);
     if (!(std::fabs(got[size_t(r)] - ref) <= tol) && bad++ < 5)
       ADD_FAILURE() << what << " row " << r << ": got " << got[size_t(r)] << " want " << ref
                     << " (tol " << tol << ")";
@@ -71,8 +77,9 @@ TEST_P(GemvShapes, TwoTasksWithNormAndResidualMatchReference) {
     ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
     ORCHID_CUDA_OK(cudaDeviceSynchronize());
     const auto xh = x_hat(x, with_norm ? &norm : nullptr, p.eps);
-    expect_close(a, xh, dya.host(), nullptr, "task 0");
-    expect_close(b, xh, dyb.host(), &add, "task 1 (+ residual)");
+    const bool dp4a = dp4a_takes(a, std::get<1>(GetParam()));
+    expect_close(a, xh, dya.host(), nullptr, dp4a, "task 0");
+    expect_close(b, xh, dyb.host(), &add, dp4a, "task 1 (+ residual)");
   }
 }
 
@@ -106,7 +113,8 @@ TEST(CudaGemv, Q4HandlesLargeActivations) {
     p.n_task = 1, p.x = dx.get(), p.cols = 2048;
     ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
     ORCHID_CUDA_OK(cudaDeviceSynchronize());
-    expect_close(a, x_hat(x, nullptr, p.eps), dy.host(), nullptr, test::path_name(path).c_str());
+    expect_close(a, x_hat(x, nullptr, p.eps), dy.host(), nullptr, dp4a_takes(a, path),
+                 test::path_name(path).c_str());
   }
 }
 
@@ -174,6 +182,28 @@ TEST(CudaRouting, GateUpPicksTopKRenormalisesAndAddsTheSharedSlot) {
     EXPECT_EQ(s[size_t(k)], E);
     EXPECT_NEAR(w[size_t(k)], want.w[size_t(k)], 1e-6);
   }
+}
+
+// Ties between router logits go to the lower expert id, and -0 ties with +0, as on the CPU:
+// 64 experts all at 0 but one at 1 and one at -0.
+TEST(CudaRouting, TiesGoToTheLowerIdAndMinusZeroTiesWithZero) {
+  ORCHID_REQUIRE_GPU();
+  const int E = 64, k = 8;
+  std::vector<float> logits(size_t(E + 1), 0.f);
+  logits[40] = 1.f, logits[5] = -0.f, logits[E] = 0.5f;
+  DevBuf<float> dl(logits), sel_w(size_t(k + 1));
+  DevBuf<int> sel(size_t(k + 1));
+  cuda::MoeParams m;
+  m.n_slot = k + 1, m.logits = dl.get(), m.n_expert = E, m.top_k = k;
+  m.sel = sel.get(), m.sel_w = sel_w.get();
+  ASSERT_TRUE(cuda::launch_moe_route(m, nullptr).ok());
+  ORCHID_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(sel.host(), (std::vector<int>{40, 0, 1, 2, 3, 4, 5, 6, E}));
+  const double e = std::exp(-1.0), top = 1 / (1 + 7 * e);
+  auto w = sel_w.host();
+  EXPECT_NEAR(w[0], top, 1e-6);
+  for (int i = 1; i < k; ++i) EXPECT_NEAR(w[size_t(i)], e * top, 1e-6) << i;
+  EXPECT_NEAR(w[size_t(k)], 1 / (1 + std::exp(-0.5)), 1e-6);
 }
 
 }  // namespace

@@ -4,9 +4,10 @@
 // Bounds (ε = 1e-4, against fp32 sums of exact products ~1e-7 · Σ|terms|): gate g and up u each
 // within ε · Σ|w·x̂|,
 // so act = silu(g) · u within ε · (1.1 |u| Σ|gate·x̂| + |silu(g)| Σ|up·x̂|) + 1e-7; residual
-// rows within ε · Σ|weighted terms| + 1e-6. The dp4a kernels add their worst case: inputs off by
-// ≤ gmax / 64,516 per element (cuda_test_reference.h), so g and u by Σ|w| · gmax / 64,516, and
-// each residual term by w_s · |down| · (the act's own allowance + its quantisation step).
+// rows within ε · Σ|weighted terms| + 1e-6. The dp4a kernels (2,048-wide experts; down only
+// after a dp4a gate/up, on rows of 512) add their worst case (cuda_test_matrix.h dp4a_bound):
+// g and u by Σ|scale · code| · gmax / 64,516, each residual term by
+// w_s · (|down| · the act's own allowance + |scale · code| · its quantisation step).
 #include <algorithm>
 #include <cmath>
 
@@ -37,7 +38,7 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   ORCHID_REQUIRE_GPU();
   const auto [cs, separate_routing, dp4a] = GetParam();
   test::PathMode mode({false, dp4a});
-  const double step = dp4a ? test::kDp4aStep : 0.0;
+  const bool gate_up_dp4a = dp4a && cs.H == 2048, down_dp4a = gate_up_dp4a && cs.ff == 512;
   std::mt19937_64 rng(std::random_device{}());
   const int S = cs.k + 1;  // routed slots + the shared expert (stacked as expert E)
   HostMatrix gate(DevFormat::q4, (cs.E + 1) * cs.ff, cs.H, rng),
@@ -75,18 +76,19 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   int bad = 0;
   for (int s = 0; s < S; ++s)
     for (int i = 0; i < cs.ff; ++i) {
-      double g = 0, u = 0, mag_g = 0, mag_u = 0, q_g = 0, q_u = 0;
+      double g = 0, u = 0, mag_g = 0, mag_u = 0;
       const size_t row = size_t(sel[size_t(s)]) * cs.ff + i;
       for (int c = 0; c < cs.H; ++c) {
-        const double wg = gate.w[row * cs.H + c], wu = up.w[row * cs.H + c];
-        const double pg = wg * xh[size_t(c)], pu = wu * xh[size_t(c)];
+        const double pg = double(gate.w[row * cs.H + c]) * xh[size_t(c)];
+        const double pu = double(up.w[row * cs.H + c]) * xh[size_t(c)];
         g += pg, u += pu, mag_g += std::fabs(pg), mag_u += std::fabs(pu);
-        q_g += std::fabs(wg) * gmax[size_t(c)], q_u += std::fabs(wu) * gmax[size_t(c)];
       }
+      const double q_g = gate_up_dp4a ? test::dp4a_bound(gate, int(row), gmax) : 0.0;
+      const double q_u = gate_up_dp4a ? test::dp4a_bound(up, int(row), gmax) : 0.0;
       const double want = act[size_t(s) * cs.ff + i] = silu(g) * u;
       const double got = got_act[size_t(s) * act_stride + i];
-      const double tol = (1e-4 * mag_g + step * q_g) * 1.1 * std::fabs(u) +
-                         (1e-4 * mag_u + step * q_u) * std::fabs(silu(g)) + 1e-7;
+      const double tol = (1e-4 * mag_g + q_g) * 1.1 * std::fabs(u) +
+                         (1e-4 * mag_u + q_u) * std::fabs(silu(g)) + 1e-7;
       act_tol[size_t(s) * cs.ff + i] = tol;
       if (!(std::fabs(got - want) <= tol) && bad++ < 5)
         ADD_FAILURE() << "act slot " << s << " row " << i << ": " << got << " vs " << want;
@@ -109,7 +111,9 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
         const double wd = sw[size_t(s)] * double(down.w[row * cs.ff + i]);
         const double term = wd * act[a];
         want += term, mag += std::fabs(term);
-        if (dp4a) extra += std::fabs(wd) * (act_tol[a] + step * act_gmax[a]);
+        if (gate_up_dp4a) extra += std::fabs(wd) * act_tol[a];
+        if (down_dp4a)
+          extra += sw[size_t(s)] * test::scaled_code(down, int(row), i) * act_gmax[a] / 64516.0;
       }
     }
     if (!(std::fabs(h[size_t(r)] - want) <= 1e-4 * mag + extra + 1e-6) && bad++ < 10)
@@ -117,12 +121,15 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   }
 }
 
-// The real shape (256 experts would only make the weights larger: 16 cover the indexing), and a
-// small one with a single 64-input group per row and an odd expert count.
-INSTANTIATE_TEST_SUITE_P(Cuda, MoeQ4,
-                         ::testing::Combine(::testing::Values(Case{16, 8, 512, 2048},
-                                                              Case{5, 3, 64, 128}),
-                                            ::testing::Bool(), ::testing::Bool()));
+// The real shape (256 experts would only make the weights larger: 16 cover the indexing), 40
+// experts (routing over two chunks of 32, the second short), a 1,024-wide one (no dp4a gate/up,
+// so no dp4a down either: the down kernel may read the routing early only after a dp4a gate/up),
+// and a small one with a single 64-input group per row and an odd expert count.
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, MoeQ4,
+    ::testing::Combine(::testing::Values(Case{16, 8, 512, 2048}, Case{40, 8, 512, 2048},
+                                         Case{16, 8, 512, 1024}, Case{5, 3, 64, 128}),
+                       ::testing::Bool(), ::testing::Bool()));
 
 }  // namespace
 }  // namespace orchid

@@ -29,8 +29,9 @@ namespace orchid::cuda {
 // ORCHID_MMA=0 runs the lm_head GEMV on the CUDA cores instead of the tensor cores;
 // ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores;
 // ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue;
-// ORCHID_DP4A=0 runs the q4 projections and experts on the earlier fp32 kernels instead of the
-// dp4a ones (int8 x̂ codes, every row requested before the dependency wait).
+// ORCHID_DP4A=0 runs the q4 projections, the q8 router and the experts on the earlier fp32
+// kernels instead of the dp4a ones (int8 x̂ codes, every row requested before the dependency
+// wait, the expert down rows before the gate/up launch ends: one design, measured as one).
 struct Switches {
   bool graph = true;
   bool dp4a = true;

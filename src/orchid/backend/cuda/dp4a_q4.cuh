@@ -78,12 +78,13 @@ __device__ __forceinline__ void load_word(const float* x, int c, int words, floa
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
+constexpr int kMaxWords = 2;  // words per thread in stage_x_quant: 4,096 columns, 256 threads
+
 // x̂ = x (· rsqrt(mean(x²) + eps) · norm when norm is given), quantised straight from registers
 // by quantize_word. Thread i takes the 8-element words i, i + blockDim, ...: one coalesced load
 // of x and of the norm per word, one block reduction, no staging of fp32 x̂. Ends with a barrier.
 // PRECONDITION: cols a multiple of 64 and ≤ 8 · kMaxWords · blockDim.x; blockDim.x a multiple of
 // 32; x and norm 16-byte aligned.
-constexpr int kMaxWords = 2;  // words per thread: 4,096 columns with 256 threads
 __device__ __forceinline__ void stage_x_quant(const float* x, int cols, const float* norm,
                                               float eps, int4* xq, float2* xd, float* xw,
                                               float* scratch) {

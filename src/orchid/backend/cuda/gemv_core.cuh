@@ -309,4 +309,13 @@ Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
 // Multiprocessors of the current device (cached).
 int sm_count();
 
+// Rows (or row pairs) per warp for `total` of them in one wave of `kernel`'s blocks of `threads`
+// threads and `smem` dynamic shared bytes; 0 when that takes more than `max_per_warp`.
+inline int rows_per_warp_one_wave(const void* kernel, int threads, size_t smem, int total,
+                                  int max_per_warp) {
+  const int warps = sm_count() * resident_blocks(kernel, threads, smem) * (threads / 32);
+  const int per_warp = (total + warps - 1) / warps;
+  return per_warp <= max_per_warp ? per_warp : 0;
+}
+
 }  // namespace orchid::cuda

@@ -101,8 +101,8 @@ struct MoeParams {
   // block 0 publishes sel / sel_w for the down launch. Without, sel / sel_w are inputs.
   const float* logits = nullptr;
   int n_expert = 0, top_k = 0;
-  // The dp4a down launch reads sel before waiting for the gate/up launch, which publishes it
-  // (block 0, fenced) before it lets dependents launch.
+  // The dp4a down launch (only after a dp4a gate/up launch) reads sel before waiting for it: the
+  // gate/up launch publishes sel (block 0, fenced) before it lets dependents launch.
   int* sel = nullptr;      // [top_k + 1]
   float* sel_w = nullptr;  // [top_k + 1]
   float* act = nullptr;    // [n_slot, n_ff] silu(gate) ⊙ up of this launch's slots
@@ -181,9 +181,9 @@ bool mma_enabled();
 void set_mma_enabled(bool on);
 int mma_min_rows();
 void set_mma_min_rows(int rows);
-// Whether the q4 projections and expert kernels run the dp4a kernels (default: x̂ quantised to
-// int8 hi + lo codes, every row requested up front; dp4a_q4.cuh) or the earlier fp32 kernels
-// (the ablation). Process-wide; the backend sets it from its switch.
+// Whether the q4 projections, the q8 router and the expert kernels run the dp4a kernels
+// (default: x̂ quantised to int8 hi + lo codes, every row requested up front; dp4a_q4.cuh) or
+// the earlier fp32 kernels (the ablation). Process-wide; the backend sets it from its switch.
 bool dp4a_enabled();
 void set_dp4a_enabled(bool on);
 

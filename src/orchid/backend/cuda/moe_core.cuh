@@ -9,7 +9,8 @@ namespace orchid::cuda {
 // An expert's routing key: larger for a higher logit, then for a lower id (one 64-bit compare
 // ranks two experts). The logit's bits are mapped to an order-preserving unsigned value.
 __device__ __forceinline__ uint64_t route_key(float logit, int e) {
-  const uint32_t u = __float_as_uint(logit);
+  uint32_t u = __float_as_uint(logit);
+  if (u == 0x80000000u) u = 0;  // -0 ties with +0, as the float comparisons have it
   return uint64_t(u & 0x80000000u ? ~u : u | 0x80000000u) << 32 | uint32_t(~e);
 }
 __device__ __forceinline__ float route_key_logit(uint64_t key) {
@@ -80,8 +81,10 @@ __device__ __forceinline__ void route_block(const MoeParams& p, int* sel, float*
 __device__ __forceinline__ void slot_experts(const MoeParams& p, int* sel, float* sel_w) {
   if (p.logits) {
     route_block(p, sel, sel_w);
-    if (blockIdx.x == 0 && int(threadIdx.x) <= p.top_k)
+    if (blockIdx.x == 0 && int(threadIdx.x) <= p.top_k) {
       p.sel[threadIdx.x] = sel[threadIdx.x], p.sel_w[threadIdx.x] = sel_w[threadIdx.x];
+      __threadfence();  // device-wide before the block's barrier (see gate_up_dp4a_kernel)
+    }
     if (int(threadIdx.x) < p.n_slot) sel[threadIdx.x] -= p.expert_base;  // slot_begin is 0
   } else if (int(threadIdx.x) < p.n_slot) {
     sel[threadIdx.x] = p.sel[p.slot_begin + threadIdx.x] - p.expert_base;

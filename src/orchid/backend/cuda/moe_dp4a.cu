@@ -10,8 +10,6 @@
 // the routing before it lets this launch start); one warp per slot quantises its slot's
 // activations (512 values) in registers; the block then sums the slots with their routing
 // weights into the residual in a fixed order (deterministic).
-#include <algorithm>
-
 #include "orchid/backend/cuda/dp4a_q4.cuh"
 #include "orchid/backend/cuda/moe_core.cuh"
 
@@ -40,14 +38,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
   grid_dep_wait();
   // The down launch reads sel before its dependency wait (down_dp4a_kernel): block 0 lets it
-  // launch only once sel is published.
+  // launch only once sel is published (its writers fence before slot_experts' final barrier).
   if (blockIdx.x != 0) grid_dep_release();
   if (p.halt && *p.halt) return;
   slot_experts(p, sel, sel_w);
-  if (blockIdx.x == 0) {
-    __threadfence();
-    grid_dep_release();
-  }
+  if (blockIdx.x == 0) grid_dep_release();
   const int total = p.n_slot * p.n_ff;
   const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
   RowUnits<NI> g[PAIRS], u[PAIRS];
@@ -123,36 +118,39 @@ __global__ void __launch_bounds__(32 * 32)
   }
 }
 
-template <int PAIRS>
-Expected<bool> launch_gate_up(const MoeParams& p, cudaStream_t s) {
-  const auto kernel = gate_up_dp4a_kernel<PAIRS>;
-  const int warps =
-      sm_count() * resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, 0) * kWarps;
-  const int total = p.n_slot * p.n_ff, ppw = (total + warps - 1) / warps;
-  if (ppw > PAIRS) return false;
-  const int blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
-  if (Status st = launch("moe gate/up (dp4a)", kernel, dim3(blocks), dim3(kThreads), 0, s, p, ppw,
-                         act_stride_of(p));
-      !st.ok())
-    return st.error();
-  return true;
-}
+constexpr int kPairs = 3;  // (slot, row) pairs per warp at most
 
 bool q4_group64(const DevMatrix& m) {
   return m.fmt == DevFormat::q4 && m.group == 64;
 }
 
+// Pairs per warp when the dp4a gate/up kernel takes p (one wave), else 0.
+int gate_up_pairs_per_warp(const MoeParams& p) {
+  if (!dp4a_enabled() || !q4_group64(p.gate) || !q4_group64(p.up) || p.gate.units != kGateUpUnits ||
+      p.n_ff <= 0)
+    return 0;
+  return rows_per_warp_one_wave(reinterpret_cast<const void*>(gate_up_dp4a_kernel<kPairs>),
+                                kThreads, 0, p.n_slot * p.n_ff, kPairs);
+}
+
 }  // namespace
 
 Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
-  if (!dp4a_enabled() || !q4_group64(p.gate) || !q4_group64(p.up) || p.gate.units != kGateUpUnits ||
-      p.n_ff <= 0)
-    return false;
-  return launch_gate_up<3>(p, s);
+  const int ppw = gate_up_pairs_per_warp(p);
+  if (ppw == 0) return false;
+  const int total = p.n_slot * p.n_ff, blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
+  if (Status st = launch("moe gate/up (dp4a)", gate_up_dp4a_kernel<kPairs>, dim3(blocks),
+                         dim3(kThreads), 0, s, p, ppw, act_stride_of(p));
+      !st.ok())
+    return st.error();
+  return true;
 }
 
 Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
-  if (!dp4a_enabled() || !q4_group64(p.down) || p.down.units != kDownUnits) return false;
+  // The down kernel reads sel before its dependency wait, which only the dp4a gate/up launch
+  // allows (it publishes sel before letting dependents start): pair the two.
+  if (gate_up_pairs_per_warp(p) == 0 || !q4_group64(p.down) || p.down.units != kDownUnits)
+    return false;
   const int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
   const size_t smem = size_t(p.n_slot) * kDownUnits * (4 * sizeof(int4) + sizeof(float2));
   if (Status st = launch("moe down (dp4a)", down_dp4a_kernel, dim3(blocks), dim3(32 * p.n_slot),
