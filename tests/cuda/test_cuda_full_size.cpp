@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "cuda_test_logits.h"
 #include "cuda_test_util.h"
 #include "orchid/backend/cpu/cpu_backend.h"
 #include "orchid/model/model.h"
@@ -19,16 +20,8 @@
 namespace orchid {
 namespace {
 
-double rel_l2(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i)
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / den);
-}
-
-int argmax(const float* x, int64_t n) {
-  return int(std::max_element(x, x + n) - x);
-}
+using test::argmax;
+using test::rel_l2;
 
 std::vector<float> logits_all(Backend& be, const std::vector<int32_t>& ids) {
   auto st = be.new_state(int64_t(ids.size()) + 8);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cuda_test_logits.h"
 #include "cuda_test_util.h"
 #include "orchid/backend/cpu/cpu_backend.h"
 #include "orchid/model/model.h"
@@ -27,16 +28,8 @@ std::string fixture(const std::string& config) {
   return std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/golden/" + config;
 }
 
-double rel_l2(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i)
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / den);
-}
-
-int argmax(const float* x, int64_t n) {
-  return int(std::max_element(x, x + n) - x);
-}
+using test::argmax;
+using test::rel_l2;
 
 // Top-1 minus top-2.
 float margin(const float* x, int64_t n) {

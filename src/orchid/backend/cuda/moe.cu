@@ -91,12 +91,7 @@ __global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int ac
     if (sl == 0) part[w][kk] = acc;
   }
   __syncthreads();
-  if (threadIdx.x < kDownRows && r0 + int(threadIdx.x) < p.n_embd) {
-    float sum = 0.f;
-    for (int s = 0; s < p.n_slot; ++s)
-      sum = fmaf(p.sel_w[p.slot_begin + s], part[s][threadIdx.x], sum);
-    p.h[r0 + threadIdx.x] += sum;
-  }
+  add_weighted_slots<kDownRows>(p, r0, part);
 }
 
 // Routing on its own (the ablation of routing in the gate/up prologue): one block publishes

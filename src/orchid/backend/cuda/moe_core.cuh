@@ -92,6 +92,19 @@ __device__ __forceinline__ void slot_experts(const MoeParams& p, int* sel, float
   __syncthreads();
 }
 
+// The down kernels' epilogue, once part[s][r] holds slot s's dot product for the block's row
+// r0 + r: h[r0 + r] += Σ_s w_s · part[s][r], in slot order (deterministic, no atomics).
+template <int ROWS>
+__device__ __forceinline__ void add_weighted_slots(const MoeParams& p, int r0,
+                                                   const float (&part)[32][ROWS]) {
+  if (threadIdx.x < ROWS && r0 + int(threadIdx.x) < p.n_embd) {
+    float sum = 0.f;
+    for (int s = 0; s < p.n_slot; ++s)
+      sum = fmaf(p.sel_w[p.slot_begin + s], part[s][threadIdx.x], sum);
+    p.h[r0 + threadIdx.x] += sum;
+  }
+}
+
 // Activation row stride: n_ff rounded up to the widest unit, so every slot's row is aligned.
 inline int act_stride_of(const MoeParams& p) {
   return (p.n_ff + 31) / 32 * 32;

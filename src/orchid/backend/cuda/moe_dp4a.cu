@@ -110,12 +110,7 @@ __global__ void __launch_bounds__(32 * 32)
     if (sg.sl == 0) part[w][kk] = acc;
   }
   __syncthreads();
-  if (threadIdx.x < kDownRows && r0 + int(threadIdx.x) < p.n_embd) {
-    float sum = 0.f;
-    for (int s = 0; s < p.n_slot; ++s)
-      sum = fmaf(p.sel_w[p.slot_begin + s], part[s][threadIdx.x], sum);
-    p.h[r0 + threadIdx.x] += sum;
-  }
+  add_weighted_slots<kDownRows>(p, r0, part);
 }
 
 constexpr int kPairs = 3;  // (slot, row) pairs per warp at most
