@@ -45,6 +45,19 @@ Switches Switches::from_env() {
   return s;
 }
 
+void Switches::apply() const {
+  set_pdl_enabled(pdl);
+  set_mma_enabled(mma);
+  set_dp4a_enabled(dp4a);
+  set_attention_mma_enabled(mma_attention);
+}
+
+std::string Switches::graph_key() const {
+  return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" + std::to_string(mma) + "/" +
+         std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
+         std::to_string(dp4a);
+}
+
 CudaState::~CudaState() {
   for (Graph& g : graphs)
     if (g.exec) cudaGraphExecDestroy(g.exec);

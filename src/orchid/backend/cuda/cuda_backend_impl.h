@@ -44,6 +44,10 @@ struct Switches {
   int keys_per_split = 128;
   int max_split = 128;
   static Switches from_env();
+  // Sets the kernels' process-wide flags (kernels.h) from these switches.
+  void apply() const;
+  // The switches a captured step depends on (split-KV's enter through the range count).
+  std::string graph_key() const;
 };
 
 struct CudaState final : BackendState {

@@ -188,9 +188,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   out["profile"] = prof;
   out["ablations_tok_s"] = abl;
   if (opts.ablation_contexts.empty()) return out;
-  cuda::set_pdl_enabled(base.pdl);
-  cuda::set_mma_enabled(base.mma);
-  cuda::set_dp4a_enabled(base.dp4a);
+  base.apply();
   auto shapes = cuda::gemv_shape_report(be->device_model(), be->stream(), *bw);
   if (!shapes) return shapes.error();
   out["gemv_per_shape"] = *shapes;

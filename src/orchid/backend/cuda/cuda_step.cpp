@@ -189,17 +189,11 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
 }
 
 Status CudaBackend::run_step(CudaState& st, bool head, const PickConfig& pick) {
-  set_pdl_enabled(sw_.pdl);
-  set_mma_enabled(sw_.mma);
-  set_dp4a_enabled(sw_.dp4a);
-  set_attention_mma_enabled(sw_.mma_attention);
+  sw_.apply();
   const int n_split = split_for(st.n_past_ + 1);
   if (!sw_.graph) return enqueue_step(st, head, pick, n_split, nullptr);
   CudaState::Graph& g = st.graphs[head ? 1 : 0];
-  const std::string key = std::to_string(n_split) + "/" + std::to_string(sw_.pdl) + "/" +
-                          std::to_string(sw_.fused_norm) + "/" + std::to_string(sw_.mma) + "/" +
-                          std::to_string(sw_.mma_attention) + "/" +
-                          std::to_string(sw_.fused_routing) + "/" + std::to_string(sw_.dp4a) + "/" +
+  const std::string key = std::to_string(n_split) + "/" + sw_.graph_key() + "/" +
                           std::to_string(pick.want_logits) + "/" + std::to_string(pick.n_stop) +
                           "/" + std::to_string(pick.inv_temp) + "/" + std::to_string(pick.seed);
   if (!g.exec || g.key != key) {
@@ -227,10 +221,7 @@ Status CudaBackend::run_step(CudaState& st, bool head, const PickConfig& pick) {
 }
 
 Expected<std::vector<KernelTiming>> CudaBackend::profile_step(CudaState& st) {
-  set_pdl_enabled(sw_.pdl);
-  set_mma_enabled(sw_.mma);
-  set_dp4a_enabled(sw_.dp4a);
-  set_attention_mma_enabled(sw_.mma_attention);
+  sw_.apply();
   Profiler prof(stream_);
   PickConfig pick;
   ORCHID_CUDA(cudaMemsetAsync(st.d_halt, 0, sizeof(int), stream_));
