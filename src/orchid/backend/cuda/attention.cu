@@ -225,6 +225,34 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint4 a, uint32_t 
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
+// Stages of kStage keys: each warp copies a stage's K and V rows into its own shared memory with
+// cp.async (every row of the stage in flight at once: one memory round trip per stage, where
+// loading fragments straight from global memory cost six per 32 keys), then multiplies from
+// there. Rows are padded to a 64-byte offset modulo 128 so the fragment reads of a quarter warp
+// fall in distinct banks. After the key loop the same memory holds the warps' accumulators.
+constexpr int kStage = 16;
+constexpr int kStageNt = kStage / 8;  // 8-key column blocks per stage
+template <int HD>
+__host__ __device__ constexpr int stage_row() {  // bf16 per staged row
+  return HD + 32;
+}
+template <int G, int HD>
+constexpr size_t attention_mma_smem() {
+  const size_t stages = size_t(kAttnWarps) * 2 * kStage * stage_row<HD>() * sizeof(uint16_t);
+  const size_t merge = sizeof(float) * kAttnWarps * G * kMaxHeadDim;
+  return stages > merge ? stages : merge;
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 template <int G, int HD>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_mma_kernel(const __grid_constant__ AttnParams p) {
@@ -234,6 +262,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   constexpr int kBlocks = HD / 32;  // 32-dim blocks of a row (q·k)
   constexpr int kMt = HD / 16;      // 16-dim output tiles (P·V)
   constexpr int kWords = HD / 16;   // bf16 pairs of a row a lane reads for P·V
+  constexpr int RS = stage_row<HD>();
   const int g = blockIdx.x, split = blockIdx.y, n_split = gridDim.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, t = lane & 3;
   const int nkv = p.n_head_kv;
@@ -242,6 +271,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int n_tiles = (n_keys + kTile - 1) / kTile;
   const int tiles_per = (n_tiles + n_split - 1) / n_split;
   const int t_begin = split * tiles_per, t_end = min(n_tiles, t_begin + tiles_per);
+  extern __shared__ uint4 smem_attn[];
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem_attn) + size_t(warp) * 2 * kStage * RS;
+  uint16_t* sv = sk + kStage * RS;
 
   // A fragments of Q (hi, lo) for every (32-dim block, half) and lane, built by the block.
   __shared__ uint4 s_qa[kBlocks * 2][32];
@@ -266,90 +298,104 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   float acc[kMt][4] = {};  // Oᵀ: [dims HD/8·gq + i (c0, c1), + kMt + i (c2, c3)] × heads 2t, 2t+1
   float m = -INFINITY, l = 0.f;  // head gq's running max and sum
   const size_t row_stride = size_t(nkv) * HD;
-  const uint16_t* kbase = p.kc + size_t(g) * HD + 8 * t;
-  const uint16_t* vbase = p.vc + size_t(g) * HD + (HD / 8) * gq;
+  const uint16_t* kcache = p.kc + size_t(g) * HD;
+  const uint16_t* vcache = p.vc + size_t(g) * HD;
 
   for (int tile = t_begin + warp; tile < t_end; tile += kAttnWarps) {
-    const int j0 = tile * kTile;
-    float c[4][4] = {};
+#pragma unroll 1
+    for (int stage = 0; stage < kTile / kStage; ++stage) {
+      const int j0 = tile * kTile + stage * kStage;
+      // Rows j0 .. j0 + kStage - 1 (past the last key: the last key again, masked below).
+      __syncwarp();  // the previous stage's reads are done
+#pragma unroll
+      for (int c = lane; c < kStage * (HD / 8); c += 32) {
+        const int r = c / (HD / 8), ch = c % (HD / 8);
+        const size_t src = size_t(min(j0 + r, n_keys - 1)) * row_stride + 8 * ch;
+        cp_async16(sk + r * RS + 8 * ch, kcache + src);
+        cp_async16(sv + r * RS + 8 * ch, vcache + src);
+      }
+      cp_async_wait_all();
+      __syncwarp();
+      float c[kStageNt][4] = {};
 #pragma unroll 2
-    for (int b = 0; b < kBlocks; ++b) {
-      uint4 kr[4];
+      for (int b = 0; b < kBlocks; ++b) {
+        const uint4 a0 = s_qa[2 * b][lane], a1 = s_qa[2 * b + 1][lane];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-        kr[nt] = __ldg(reinterpret_cast<const uint4*>(
-            kbase + size_t(min(j0 + nt * 8 + gq, n_keys - 1)) * row_stride + 32 * b));
-      const uint4 a0 = s_qa[2 * b][lane], a1 = s_qa[2 * b + 1][lane];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        mma_bf16_16816(c[nt], a0, kr[nt].x, kr[nt].y);
-        mma_bf16_16816(c[nt], a1, kr[nt].z, kr[nt].w);
+        for (int nt = 0; nt < kStageNt; ++nt) {
+          const uint4 kr =
+              *reinterpret_cast<const uint4*>(sk + (nt * 8 + gq) * RS + 32 * b + 8 * t);
+          mma_bf16_16816(c[nt], a0, kr.x, kr.y);
+          mma_bf16_16816(c[nt], a1, kr.z, kr.w);
+        }
       }
-    }
-    // Head gq's scores of keys j0 + 8 nt + 2t (+1); past the last key: -inf.
-    float sc[4][2], mx = -INFINITY;
+      // Head gq's scores of keys j0 + 8 nt + 2t (+1); past the last key: -inf.
+      float sc[kStageNt][2], mx = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kStageNt; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = j0 + nt * 8 + 2 * t + e;
-        sc[nt][e] = key < n_keys ? c[nt][e] + c[nt][e + 2] : -INFINITY;
-        mx = fmaxf(mx, sc[nt][e]);
-      }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m, mx);
-    const float corr = expf(m - m_new);
-    float sum = 0.f;
+        for (int e = 0; e < 2; ++e) {
+          const int key = j0 + nt * 8 + 2 * t + e;
+          sc[nt][e] = key < n_keys ? c[nt][e] + c[nt][e + 2] : -INFINITY;
+          mx = fmaxf(mx, sc[nt][e]);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m, mx);
+      // A stage wholly past the last key leaves m at -inf; exp(-inf - -inf) would be NaN.
+      const float corr = m_new == -INFINITY ? 1.f : expf(m - m_new);
+      float sum = 0.f;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kStageNt; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        sc[nt][e] = expf(sc[nt][e] - m_new);  // 0 past the last key
-        sum += sc[nt][e];
-      }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    l = l * corr + sum;
-    m = m_new;
-    // This lane's output heads 2t, 2t + 1 take their corrections from lanes 8t and 8t + 4.
-    const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * t);
-    const float corr_b = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
-#pragma unroll
-    for (int i = 0; i < kMt; ++i) {
-      acc[i][0] *= corr_a, acc[i][2] *= corr_a;
-      acc[i][1] *= corr_b, acc[i][3] *= corr_b;
-    }
-#pragma unroll 2
-    for (int nt = 0; nt < 4; ++nt) {
-      const int ka = min(j0 + nt * 8 + 2 * t, n_keys - 1), kb = min(ka + 1, n_keys - 1);
-      uint32_t ra[kWords], rb[kWords];
-#pragma unroll
-      for (int w = 0; w < kWords; w += 4) {
-        const uint4 x =
-            __ldg(reinterpret_cast<const uint4*>(vbase + size_t(ka) * row_stride) + w / 4);
-        const uint4 y =
-            __ldg(reinterpret_cast<const uint4*>(vbase + size_t(kb) * row_stride) + w / 4);
-        ra[w] = x.x, ra[w + 1] = x.y, ra[w + 2] = x.z, ra[w + 3] = x.w;
-        rb[w] = y.x, rb[w + 1] = y.y, rb[w + 2] = y.z, rb[w + 3] = y.w;
-      }
-      const float p0 = sc[nt][0], p1 = sc[nt][1];
-      const float h0 = bf16_bits_to_float(float_to_bf16_bits(p0));
-      const float h1 = bf16_bits_to_float(float_to_bf16_bits(p1));
-      const uint32_t b_hi = pack_bf16(h0, h1), b_lo = pack_bf16(p0 - h0, p1 - h1);
+        for (int e = 0; e < 2; ++e) {
+          sc[nt][e] = m_new == -INFINITY ? 0.f : expf(sc[nt][e] - m_new);  // 0 past the last key
+          sum += sc[nt][e];
+        }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      l = l * corr + sum;
+      m = m_new;
+      // This lane's output heads 2t, 2t + 1 take their corrections from lanes 8t and 8t + 4.
+      const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * t);
+      const float corr_b = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
 #pragma unroll
       for (int i = 0; i < kMt; ++i) {
-        const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // the same half of both rows' words
-        const uint32_t lo_dims = __byte_perm(ra[i / 2], rb[i / 2], sel);
-        const uint32_t hi_dims = __byte_perm(ra[kMt / 2 + i / 2], rb[kMt / 2 + i / 2], sel);
-        mma_bf16_16816(acc[i], make_uint4(lo_dims, hi_dims, lo_dims, hi_dims), b_hi, b_lo);
+        acc[i][0] *= corr_a, acc[i][2] *= corr_a;
+        acc[i][1] *= corr_b, acc[i][3] *= corr_b;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kStageNt; ++nt) {
+        const uint4* va =
+            reinterpret_cast<const uint4*>(sv + (nt * 8 + 2 * t) * RS + (HD / 8) * gq);
+        const uint4* vb =
+            reinterpret_cast<const uint4*>(sv + (nt * 8 + 2 * t + 1) * RS + (HD / 8) * gq);
+        uint32_t ra[kWords], rb[kWords];
+#pragma unroll
+        for (int w = 0; w < kWords; w += 4) {
+          const uint4 x = va[w / 4], y = vb[w / 4];
+          ra[w] = x.x, ra[w + 1] = x.y, ra[w + 2] = x.z, ra[w + 3] = x.w;
+          rb[w] = y.x, rb[w + 1] = y.y, rb[w + 2] = y.z, rb[w + 3] = y.w;
+        }
+        const float p0 = sc[nt][0], p1 = sc[nt][1];
+        const float h0 = bf16_bits_to_float(float_to_bf16_bits(p0));
+        const float h1 = bf16_bits_to_float(float_to_bf16_bits(p1));
+        const uint32_t b_hi = pack_bf16(h0, h1), b_lo = pack_bf16(p0 - h0, p1 - h1);
+#pragma unroll
+        for (int i = 0; i < kMt; ++i) {
+          const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // the same half of both rows' words
+          const uint32_t lo_dims = __byte_perm(ra[i / 2], rb[i / 2], sel);
+          const uint32_t hi_dims = __byte_perm(ra[kMt / 2 + i / 2], rb[kMt / 2 + i / 2], sel);
+          mma_bf16_16816(acc[i], make_uint4(lo_dims, hi_dims, lo_dims, hi_dims), b_hi, b_lo);
+        }
       }
     }
   }
 
-  // Merge the warps as attention_kernel does; head h's (m, l) sit in lanes 4h … 4h + 3.
+  // Merge the warps as attention_kernel does; head h's (m, l) sit in lanes 4h … 4h + 3. The
+  // stage memory now holds the accumulators.
   __shared__ float s_ml[kAttnWarps][G][2];
-  __shared__ float s_acc[kAttnWarps][G][kMaxHeadDim];
+  __syncthreads();  // every warp's last stage is read
+  auto& s_acc = *reinterpret_cast<float(*)[kAttnWarps][G][kMaxHeadDim]>(smem_attn);
   if (t == 0 && gq < G) s_ml[warp][gq][0] = m, s_ml[warp][gq][1] = l;
 #pragma unroll
   for (int i = 0; i < kMt; ++i) {
@@ -404,16 +450,23 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
   p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
 }
 
+template <int G, int HD>
+Status launch_mma(const AttnParams& p, dim3 grid, dim3 block, cudaStream_t s) {
+  constexpr size_t smem = attention_mma_smem<G, HD>();
+  // More than the default 48 KB of dynamic shared memory must be allowed once per kernel.
+  static const cudaError_t allowed = cudaFuncSetAttribute(
+      attention_mma_kernel<G, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (allowed != cudaSuccess) return err("attention (mma): ", cudaGetErrorString(allowed));
+  return launch("attention (mma)", attention_mma_kernel<G, HD>, grid, block, smem, s, p);
+}
+
 template <int G>
 Status launch_scores(const AttnParams& p, cudaStream_t s) {
   const dim3 grid(p.n_head_kv, p.n_split), block(kAttnWarps * 32);
   if (attention_mma_enabled()) {
-    if (p.hd == 256)
-      return launch("attention (mma)", attention_mma_kernel<G, 256>, grid, block, 0, s, p);
-    if (p.hd == 128)
-      return launch("attention (mma)", attention_mma_kernel<G, 128>, grid, block, 0, s, p);
-    if (p.hd == 64)
-      return launch("attention (mma)", attention_mma_kernel<G, 64>, grid, block, 0, s, p);
+    if (p.hd == 256) return launch_mma<G, 256>(p, grid, block, s);
+    if (p.hd == 128) return launch_mma<G, 128>(p, grid, block, s);
+    if (p.hd == 64) return launch_mma<G, 64>(p, grid, block, s);
   }
   return launch("attention", attention_kernel<G>, grid, block, 0, s, p);
 }
