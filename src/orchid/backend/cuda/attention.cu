@@ -228,8 +228,10 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint4 a, uint32_t 
 // Stages of kStage keys: each warp copies a stage's K and V rows into its own shared memory with
 // cp.async (every row of the stage in flight at once: one memory round trip per stage, where
 // loading fragments straight from global memory cost six per 32 keys), then multiplies from
-// there. Rows are padded to a 64-byte offset modulo 128 so the fragment reads of a quarter warp
-// fall in distinct banks. After the key loop the same memory holds the warps' accumulators.
+// there. K and V are committed as two groups: q·k waits for K only, so V's copy overlaps it.
+// Rows are padded to a 64-byte offset modulo 128, so a quarter warp's K fragment reads fall in
+// distinct banks (its V reads, rows 2t of one address modulo 128, still conflict 4-way). After
+// the key loop the same memory holds the warps' accumulators.
 constexpr int kStage = 16;
 constexpr int kStageNt = kStage / 8;  // 8-key column blocks per stage
 template <int HD>
@@ -249,8 +251,13 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
                "l"(src)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;" ::: "memory");
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 template <int G, int HD>
@@ -305,16 +312,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 #pragma unroll 1
     for (int stage = 0; stage < kTile / kStage; ++stage) {
       const int j0 = tile * kTile + stage * kStage;
+      if (j0 >= n_keys) break;  // the last tile's second stage past the last key (warp-uniform)
       // Rows j0 .. j0 + kStage - 1 (past the last key: the last key again, masked below).
       __syncwarp();  // the previous stage's reads are done
 #pragma unroll
       for (int c = lane; c < kStage * (HD / 8); c += 32) {
         const int r = c / (HD / 8), ch = c % (HD / 8);
-        const size_t src = size_t(min(j0 + r, n_keys - 1)) * row_stride + 8 * ch;
-        cp_async16(sk + r * RS + 8 * ch, kcache + src);
-        cp_async16(sv + r * RS + 8 * ch, vcache + src);
+        cp_async16(sk + r * RS + 8 * ch,
+                   kcache + size_t(min(j0 + r, n_keys - 1)) * row_stride + 8 * ch);
       }
-      cp_async_wait_all();
+      cp_async_commit();
+#pragma unroll
+      for (int c = lane; c < kStage * (HD / 8); c += 32) {
+        const int r = c / (HD / 8), ch = c % (HD / 8);
+        cp_async16(sv + r * RS + 8 * ch,
+                   vcache + size_t(min(j0 + r, n_keys - 1)) * row_stride + 8 * ch);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();  // K is in
       __syncwarp();
       float c[kStageNt][4] = {};
 #pragma unroll 2
@@ -363,6 +378,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         acc[i][0] *= corr_a, acc[i][2] *= corr_a;
         acc[i][1] *= corr_b, acc[i][3] *= corr_b;
       }
+      cp_async_wait<0>();  // V is in
+      __syncwarp();
 #pragma unroll
       for (int nt = 0; nt < kStageNt; ++nt) {
         const uint4* va =
@@ -453,10 +470,12 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
 template <int G, int HD>
 Status launch_mma(const AttnParams& p, dim3 grid, dim3 block, cudaStream_t s) {
   constexpr size_t smem = attention_mma_smem<G, HD>();
-  // More than the default 48 KB of dynamic shared memory must be allowed once per kernel.
-  static const cudaError_t allowed = cudaFuncSetAttribute(
-      attention_mma_kernel<G, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (allowed != cudaSuccess) return err("attention (mma): ", cudaGetErrorString(allowed));
+  // More than the default 48 KB of dynamic shared memory must be allowed explicitly.
+  // Set on every launch (cheap), so it holds for whichever device is current.
+  if (cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<G, HD>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      e != cudaSuccess)
+    return err("attention (mma): ", cudaGetErrorString(e));
   return launch("attention (mma)", attention_mma_kernel<G, HD>, grid, block, smem, s, p);
 }
 
