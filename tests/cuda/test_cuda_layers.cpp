@@ -162,7 +162,19 @@ TEST(CudaAttention, DecodeMatchesReference) {
     p.inv_freq = dfreq.get(), p.n_head = cs.nh, p.n_head_kv = cs.nkv, p.hd = hd, p.n_rot = cs.n_rot;
     p.kc = dkc.get(), p.vc = dvc.get(), p.pos = dpos.get(), p.out = dout.get();
     p.n_split = cs.n_split, p.part_acc = pacc.get(), p.part_ml = pml.get();
-    ASSERT_TRUE(cuda::launch_qk_norm_rope_kv(p, nullptr).ok());
+    // The unfused q/k path (three kernels, ORCHID_FUSED_QK=0) on copies: the same bits.
+    {
+      DevBuf<float> qg2(qg), kw(size_t(cs.nkv) * hd);
+      DevBuf<uint16_t> kc2(kc), vc2(vc);
+      cuda::AttnParams u = p;
+      u.qg = qg2.get(), u.kc = kc2.get(), u.vc = vc2.get(), u.k_work = kw.get();
+      ASSERT_TRUE(cuda::launch_qk_norm_rope_kv(u, nullptr).ok());
+      ASSERT_TRUE(cuda::launch_qk_norm_rope_kv(p, nullptr).ok());
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(qg2.host(), dqg.host()) << "unfused q";
+      EXPECT_EQ(kc2.host(), dkc.host()) << "unfused K cache";
+      EXPECT_EQ(vc2.host(), dvc.host()) << "unfused V cache";
+    }
     // Both score paths (CUDA cores, tensor cores) on the same normed q and cache.
     std::vector<std::vector<float>> outs;
     const bool saved_mma = cuda::attention_mma_enabled();

@@ -31,12 +31,13 @@ struct Case {
   int E, k, ff, H;
 };
 
-// (shape, routing in a kernel of its own instead of the gate/up prologue, dp4a kernels)
-class MoeQ4 : public ::testing::TestWithParam<std::tuple<Case, bool, bool>> {};
+// (shape, routing in a kernel of its own instead of the gate/up prologue, dp4a kernels, epilogues
+// in kernels of their own)
+class MoeQ4 : public ::testing::TestWithParam<std::tuple<Case, bool, bool, bool>> {};
 
 TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   ORCHID_REQUIRE_GPU();
-  const auto [cs, separate_routing, dp4a] = GetParam();
+  const auto [cs, separate_routing, dp4a, unfused] = GetParam();
   test::PathMode mode({false, dp4a});
   const bool gate_up_dp4a = dp4a && cs.H == 2048, down_dp4a = gate_up_dp4a && cs.ff == 512;
   std::mt19937_64 rng(std::random_device{}());
@@ -52,6 +53,7 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
   DevBuf<float> dx(x), dn(norm), dl(logits), dsw(static_cast<size_t>(S)),
       dact(std::vector<float>(size_t(S) * act_stride, 0.f)), dh(x);
   DevBuf<int> dsel(static_cast<size_t>(S));
+  DevBuf<float> draw(size_t(S) * 2 * act_stride), dslot(size_t(S) * cs.H);
   cuda::MoeParams p;
   p.gate = dgate.m, p.up = dup.m, p.down = ddown.m;
   p.n_ff = cs.ff, p.n_embd = cs.H, p.n_slot = S, p.x = dx.get(), p.norm = dn.get();
@@ -61,8 +63,15 @@ TEST_P(MoeQ4, RoutedGateUpAndDownMatchReference) {
     ASSERT_TRUE(cuda::launch_moe_route(p, nullptr).ok());
     p.logits = nullptr;  // the expert launches read sel / sel_w
   }
+  if (unfused) p.gate_up_raw = draw.get(), p.slot_out = dslot.get();
   ASSERT_TRUE(cuda::launch_moe_gate_up(p, nullptr).ok());
+  if (unfused) {
+    ASSERT_TRUE(cuda::launch_moe_silu_mul(p, nullptr).ok());
+  }
   ASSERT_TRUE(cuda::launch_moe_down(p, nullptr).ok());
+  if (unfused) {
+    ASSERT_TRUE(cuda::launch_moe_weighted_residual(p, nullptr).ok());
+  }
   ORCHID_CUDA_OK(cudaDeviceSynchronize());
 
   const test::Routing want_routing = test::reference_routing(logits, cs.E, cs.k);
@@ -129,7 +138,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cuda, MoeQ4,
     ::testing::Combine(::testing::Values(Case{16, 8, 512, 2048}, Case{40, 8, 512, 2048},
                                          Case{16, 8, 512, 1024}, Case{5, 3, 64, 128}),
-                       ::testing::Bool(), ::testing::Bool()));
+                       ::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
 
 }  // namespace
 }  // namespace orchid

@@ -39,6 +39,8 @@ Switches Switches::from_env() {
   s.mma_attention = !env_off("ORCHID_MMA_ATTENTION");
   s.fused_routing = !env_off("ORCHID_FUSED_ROUTING");
   s.dp4a = !env_off("ORCHID_DP4A");
+  s.fused_expert = !env_off("ORCHID_FUSED_EXPERT");
+  s.fused_qk = !env_off("ORCHID_FUSED_QK");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
@@ -55,7 +57,7 @@ void Switches::apply() const {
 std::string Switches::graph_key() const {
   return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" + std::to_string(mma) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
-         std::to_string(dp4a);
+         std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" + std::to_string(fused_qk);
 }
 
 CudaState::~CudaState() {
@@ -104,6 +106,9 @@ Status CudaBackend::init() {
   ORCHID_ALLOC(sel_, int, slots);
   ORCHID_ALLOC(sel_w_, float, slots);
   ORCHID_ALLOC(act_, float, int64_t(slots) * act_stride_);
+  ORCHID_ALLOC(gate_up_raw_, float, int64_t(slots) * 2 * act_stride_);
+  ORCHID_ALLOC(slot_out_, float, int64_t(slots) * H);
+  ORCHID_ALLOC(k_work_, float, int64_t(c_.n_head_kv) * hd);
   ORCHID_ALLOC(logits_, float, c_.n_vocab);
   ORCHID_ALLOC(partial_, float, 2 * 4096);
   ORCHID_ALLOC(part_acc_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * hd);

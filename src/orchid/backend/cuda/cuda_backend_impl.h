@@ -31,10 +31,15 @@ namespace orchid::cuda {
 // ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue;
 // ORCHID_DP4A=0 runs the q4 projections, the q8 router and the experts on the earlier fp32
 // kernels instead of the dp4a ones (int8 x̂ codes, every row requested before the dependency
-// wait, the expert down rows before the gate/up launch ends: one design, measured as one).
+// wait, the expert down rows before the gate/up launch ends: one design, measured as one);
+// ORCHID_FUSED_EXPERT=0 forms SiLU(gate)·up and the weighted residual sum in kernels of their own
+// instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
+// write as three kernels instead of one.
 struct Switches {
   bool graph = true;
   bool dp4a = true;
+  bool fused_expert = true;
+  bool fused_qk = true;
   bool mma = true;
   bool mma_attention = true;
   bool fused_routing = true;
@@ -147,6 +152,8 @@ class CudaBackend final : public Backend {
   float *h_ = nullptr, *qg_ = nullptr, *kbuf_ = nullptr, *vbuf_ = nullptr, *attn_ = nullptr;
   float *qkv_ = nullptr, *z_ = nullptr, *bb_ = nullptr, *aa_ = nullptr, *gdn_ = nullptr;
   float *moe_logits_ = nullptr, *sel_w_ = nullptr, *act_ = nullptr, *logits_ = nullptr;
+  // The unfused variants' scratch (ORCHID_FUSED_EXPERT=0, ORCHID_FUSED_QK=0).
+  float *gate_up_raw_ = nullptr, *slot_out_ = nullptr, *k_work_ = nullptr;
   float *partial_ = nullptr, *part_acc_ = nullptr, *part_ml_ = nullptr;
   float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
   int act_stride_ = 0;      // floats per slot row of act_

@@ -98,6 +98,7 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
       a.kc = st.kc[size_t(l)], a.vc = st.vc[size_t(l)], a.pos = st.d_pos, a.out = attn_;
       a.n_split = n_split, a.part_acc = part_acc_, a.part_ml = part_ml_;
       a.halt = halt;
+      if (!sw_.fused_qk) a.k_work = k_work_;
       ORCHID_TRY(launch_qk_norm_rope_kv(a, stream_));
       if (prof) prof->mark("qk norm+rope+kv", 0);
       ORCHID_TRY(launch_attention_decode(a, stream_));
@@ -141,6 +142,7 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
     e.x = post_x, e.norm = post_n, e.eps = c_.rms_norm_eps, e.sel = sel_, e.sel_w = sel_w_;
     e.logits = moe_logits_, e.n_expert = c_.n_expert, e.top_k = c_.n_expert_used;
     e.act = act_, e.h = h_, e.halt = halt;
+    if (!sw_.fused_expert) e.gate_up_raw = gate_up_raw_, e.slot_out = slot_out_;
     const int64_t stacked = c_.n_expert + (L.shared_apart ? 0 : 1);
     // Both gate/up launches read the same normed h, so they run before either down launch.
     MoeParams sh = e;
@@ -148,6 +150,8 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
       sh.gate = L.sh_gate, sh.up = L.sh_up, sh.down = L.sh_down, sh.n_ff = c_.n_ff_shexp;
       sh.n_slot = 1, sh.slot_begin = c_.n_expert_used, sh.expert_base = c_.n_expert;
       sh.act = act_ + int64_t(c_.n_expert_used) * act_stride_;
+      if (e.gate_up_raw)
+        sh.gate_up_raw = gate_up_raw_ + int64_t(c_.n_expert_used) * 2 * act_stride_;
       sh.logits = nullptr;  // routed by the first launch
     }
     if (!sw_.fused_routing) {
@@ -162,10 +166,20 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
       ORCHID_TRY(launch_moe_gate_up(sh, stream_));
       if (prof) prof->mark("shared gate/up", matrix_bytes(L.sh_gate) + matrix_bytes(L.sh_up));
     }
+    if (!sw_.fused_expert) {
+      ORCHID_TRY(launch_moe_silu_mul(e, stream_));
+      if (L.shared_apart) ORCHID_TRY(launch_moe_silu_mul(sh, stream_));
+      if (prof) prof->mark("moe silu*mul", 0);
+    }
     ORCHID_TRY(launch_moe_down(e, stream_));
     if (prof) prof->mark("moe down", matrix_bytes(L.down) / stacked * e.n_slot);
+    if (!sw_.fused_expert) {
+      ORCHID_TRY(launch_moe_weighted_residual(e, stream_));
+      if (prof) prof->mark("moe weighted residual", 0);
+    }
     if (L.shared_apart) {
       ORCHID_TRY(launch_moe_down(sh, stream_));
+      if (!sw_.fused_expert) ORCHID_TRY(launch_moe_weighted_residual(sh, stream_));
       if (prof) prof->mark("shared down", matrix_bytes(L.sh_down));
     }
   }

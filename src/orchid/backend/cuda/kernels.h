@@ -106,11 +106,20 @@ struct MoeParams {
   int* sel = nullptr;      // [top_k + 1]
   float* sel_w = nullptr;  // [top_k + 1]
   float* act = nullptr;    // [n_slot, n_ff] silu(gate) ⊙ up of this launch's slots
-  float* h = nullptr;      // residual, += Σ_s w_s · down_s(act_s)
+  // ORCHID_FUSED_EXPERT=0 (both null: the fused epilogues): gate/up stores its raw rows in
+  // gate_up_raw ([n_slot, 2, act stride]: gate, then up) and launch_moe_silu_mul forms act; down
+  // stores each slot's rows unweighted in slot_out ([slot_begin + n_slot, n_embd]) and
+  // launch_moe_weighted_residual adds Σ_s w_s · slot_out[s] to h.
+  float* gate_up_raw = nullptr;
+  float* slot_out = nullptr;
+  float* h = nullptr;  // residual, += Σ_s w_s · down_s(act_s)
   const int* halt = nullptr;
 };
 Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s);
 Status launch_moe_down(const MoeParams& p, cudaStream_t s);
+// The unfused epilogues (ORCHID_FUSED_EXPERT=0): act from gate_up_raw; h from slot_out.
+Status launch_moe_silu_mul(const MoeParams& p, cudaStream_t s);
+Status launch_moe_weighted_residual(const MoeParams& p, cudaStream_t s);
 // The routing alone, by one block, into sel / sel_w (for a gate/up launch without logits): the
 // ablation of routing in the gate/up prologue.
 Status launch_moe_route(const MoeParams& p, cudaStream_t s);
@@ -126,6 +135,9 @@ struct AttnParams {
   const float* inv_freq = nullptr;  // [n_rot / 2]
   float eps = 1e-6f;
   int n_head = 0, n_head_kv = 0, hd = 0, n_rot = 0;
+  // ORCHID_FUSED_QK=0: [n_head_kv * hd] scratch for k between the three unfused kernels (the
+  // q/k norm, RoPE and KV write then run as three launches); null: one fused launch.
+  float* k_work = nullptr;
   uint16_t* kc = nullptr;     // [capacity, n_head_kv, hd] bf16, post-RoPE
   uint16_t* vc = nullptr;     // [capacity, n_head_kv, hd] bf16
   const int* pos = nullptr;   // this token's position (device)

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
     float u = partial_dot<F, NI>(wu, x);
     g = subgroup_sum(g, lpr, mask);
     u = subgroup_sum(u, lpr, mask);
-    if (sl == 0) p.act[(r / p.n_ff) * act_stride + r % p.n_ff] = silu(g) * u;
+    if (sl == 0) store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, g, u);
     wg = ng, wu = nu;
   }
 }
@@ -91,7 +91,33 @@ __global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int ac
     if (sl == 0) part[w][kk] = acc;
   }
   __syncthreads();
-  add_weighted_slots<kDownRows>(p, r0, part);
+  store_down<kDownRows>(p, r0, part);
+}
+
+// ORCHID_FUSED_EXPERT=0: act = silu(gate) · up from the raw rows, a thread per element.
+__global__ void silu_mul_kernel(const __grid_constant__ MoeParams p, int act_stride) {
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, s = i / p.n_ff, r = i % p.n_ff;
+  if (s >= p.n_slot) return;
+  const float g = p.gate_up_raw[(2 * s) * act_stride + r],
+              u = p.gate_up_raw[(2 * s + 1) * act_stride + r];
+  p.act[s * act_stride + r] = silu(g) * u;
+}
+
+// ORCHID_FUSED_EXPERT=0: h += Σ_s w_s · slot_out[s] over this launch's slots, in slot order (the
+// fused down epilogue's sum), a thread per row.
+__global__ void weighted_residual_kernel(const __grid_constant__ MoeParams p) {
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= p.n_embd) return;
+  float sum = 0.f;
+  for (int s = p.slot_begin; s < p.slot_begin + p.n_slot; ++s)
+    sum = fmaf(p.sel_w[s], p.slot_out[size_t(s) * p.n_embd + r], sum);
+  p.h[r] += sum;
 }
 
 // Routing on its own (the ablation of routing in the gate/up prologue): one block publishes
@@ -164,6 +190,19 @@ Status check_routing(const MoeParams& p) {
                    !p.sel || !p.sel_w || p.slot_begin))
     return err("moe: routing of ", p.n_expert, " experts, top ", p.top_k, " is not supported");
   return {};
+}
+
+Status launch_moe_silu_mul(const MoeParams& p, cudaStream_t s) {
+  if (!p.gate_up_raw || !p.act) return err("moe: silu·mul needs gate_up_raw and act");
+  const int n = p.n_slot * p.n_ff;
+  return launch("moe silu*mul", silu_mul_kernel, dim3((n + kThreads - 1) / kThreads),
+                dim3(kThreads), 0, s, p, act_stride_of(p));
+}
+
+Status launch_moe_weighted_residual(const MoeParams& p, cudaStream_t s) {
+  if (!p.slot_out || !p.h) return err("moe: the weighted residual needs slot_out and h");
+  return launch("moe weighted residual", weighted_residual_kernel,
+                dim3((p.n_embd + kThreads - 1) / kThreads), dim3(kThreads), 0, s, p);
 }
 
 Status launch_moe_route(const MoeParams& p, cudaStream_t s) {

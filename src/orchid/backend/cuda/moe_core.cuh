@@ -106,8 +106,35 @@ __device__ __forceinline__ void add_weighted_slots(const MoeParams& p, int r0,
 }
 
 // Activation row stride: n_ff rounded up to the widest unit, so every slot's row is aligned.
-inline int act_stride_of(const MoeParams& p) {
+__host__ __device__ inline int act_stride_of(const MoeParams& p) {
   return (p.n_ff + 31) / 32 * 32;
+}
+
+// The gate/up epilogue for (slot s of this launch, row i): act = silu(g) · u, or (unfused) the
+// raw g and u.
+__device__ __forceinline__ void store_gate_up(const MoeParams& p, int s, int i, int act_stride,
+                                              float g, float u) {
+  if (p.gate_up_raw) {
+    p.gate_up_raw[(2 * s) * act_stride + i] = g;
+    p.gate_up_raw[(2 * s + 1) * act_stride + i] = u;
+  } else {
+    p.act[s * act_stride + i] = silu(g) * u;
+  }
+}
+
+// The down epilogue of a block's rows [r0, r0 + rows) once part[s][r] holds slot s's dot products:
+// h += Σ_s w_s · part[s][r] in slot order, or (unfused) each slot's rows into slot_out.
+template <int ROWS>
+__device__ __forceinline__ void store_down(const MoeParams& p, int r0,
+                                           const float (&part)[32][ROWS]) {
+  if (p.slot_out) {
+    for (int i = threadIdx.x; i < p.n_slot * ROWS; i += blockDim.x) {
+      const int s = i / ROWS, r = i % ROWS;
+      if (r0 + r < p.n_embd) p.slot_out[size_t(p.slot_begin + s) * p.n_embd + r0 + r] = part[s][r];
+    }
+    return;
+  }
+  add_weighted_slots<ROWS>(p, r0, part);
 }
 
 // The dp4a expert kernels (moe_dp4a.cu) for p, validated by the moe.cu launchers. Return false

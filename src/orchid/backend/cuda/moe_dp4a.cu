@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (i >= ppw || r >= total) break;
     const float gv = warp_sum(partial_dot_dp4a<NI>(g[i], q));
     const float uv = warp_sum(partial_dot_dp4a<NI>(u[i], q));
-    if (sg.sl == 0) p.act[(r / p.n_ff) * act_stride + r % p.n_ff] = silu(gv) * uv;
+    if (sg.sl == 0) store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, gv, uv);
   }
 }
 
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * 32)
     if (sg.sl == 0) part[w][kk] = acc;
   }
   __syncthreads();
-  add_weighted_slots<kDownRows>(p, r0, part);
+  store_down<kDownRows>(p, r0, part);
 }
 
 constexpr int kPairs = 3;  // (slot, row) pairs per warp at most
