@@ -245,8 +245,13 @@ struct GdnCase {
   int hk, hv, dk, dv;
 };
 
-TEST(CudaDeltaNet, StepsMatchReference) {
+// Both kernels: a block per head, and (Hopper) a cluster of blocks per head.
+class CudaDeltaNet : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaDeltaNet, StepsMatchReference) {
   ORCHID_REQUIRE_GPU();
+  const bool saved = cuda::gdn_cluster_enabled();
+  cuda::set_gdn_cluster_enabled(GetParam());
   std::mt19937_64 rng(std::random_device{}());
   for (GdnCase cs : {GdnCase{16, 32, 128, 128}, GdnCase{3, 6, 32, 48}}) {
     const int K = 4, kd = cs.hk * cs.dk, vd = cs.hv * cs.dv, C = 2 * kd + vd;
@@ -332,7 +337,13 @@ TEST(CudaDeltaNet, StepsMatchReference) {
       EXPECT_LE(worst, 1e-4) << "state after position " << pos;
     }
   }
+  cuda::set_gdn_cluster_enabled(saved);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeltaNet, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "cluster" : "block_per_head";
+                         });
 
 }  // namespace
 }  // namespace orchid

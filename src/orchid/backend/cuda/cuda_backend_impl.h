@@ -32,8 +32,10 @@ namespace orchid::cuda {
 // ORCHID_DP4A=0 runs the q4 projections, the q8 router and the experts on the earlier fp32
 // kernels instead of the dp4a ones (int8 x̂ codes, every row requested before the dependency
 // wait, the expert down rows before the gate/up launch ends: one design, measured as one).
+// ORCHID_GDN_CLUSTER=0 runs the DeltaNet step one block per head instead of a cluster of four.
 struct Switches {
   bool graph = true;
+  bool gdn_cluster = true;
   bool dp4a = true;
   bool mma = true;
   bool mma_attention = true;

@@ -134,6 +134,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"mma_attention", base.mma_attention},
                      {"fused_routing", base.fused_routing},
                      {"dp4a", base.dp4a},
+                     {"gdn_cluster", base.gdn_cluster},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -172,7 +173,8 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         {"mma", &cuda::Switches::mma},
         {"mma_attention", &cuda::Switches::mma_attention},
         {"fused_routing", &cuda::Switches::fused_routing},
-        {"dp4a", &cuda::Switches::dp4a}};
+        {"dp4a", &cuda::Switches::dp4a},
+        {"gdn_cluster", &cuda::Switches::gdn_cluster}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;

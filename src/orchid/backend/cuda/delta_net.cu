@@ -135,6 +135,9 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s) {
   if (p.hk <= 0 || p.hv % p.hk != 0) return err("delta net: ", p.hv, " value heads over ", p.hk);
   if (p.K < 1 || p.K > kMaxConvK) return err("delta net: conv kernel of ", p.K, " taps");
   if (2 * p.dk + p.dv > kThreads) return err("delta net: ", 2 * p.dk + p.dv, " channels per head");
+  Expected<bool> done = launch_gdn_step_cluster(p, s);
+  if (!done) return done.error();
+  if (*done) return {};
   return launch("delta net step", gdn_step_kernel, dim3(p.hv), dim3(kThreads), 0, s, p);
 }
 

@@ -166,6 +166,12 @@ struct GdnParams {
 };
 constexpr int kMaxGdnHeadDim = 128;
 Status launch_gdn_step(const GdnParams& p, cudaStream_t s);
+// The step with each head's state columns split over a cluster of blocks (Hopper code; default
+// on: delta_net_cluster.cu); launch_gdn_step tries it first. False when p is not a launch it
+// takes. Process-wide switch; the backend sets it from ORCHID_GDN_CLUSTER.
+Expected<bool> launch_gdn_step_cluster(const GdnParams& p, cudaStream_t s);
+bool gdn_cluster_enabled();
+void set_gdn_cluster_enabled(bool on);
 
 // Whether decode kernels launch with programmatic dependent launch (default on; the backend
 // sets it from its switch). Process-wide.
