@@ -10,7 +10,7 @@
 
 #include <atomic>
 
-#include "orchid/backend/cuda/device_common.cuh"
+#include "orchid/backend/cuda/delta_net_core.cuh"
 
 namespace orchid::cuda {
 namespace {
@@ -102,54 +102,14 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // 2. L2 norms (eps 1e-6 on the sum), q scaled by 1/√dk; β and the decay.
-  const float qv = tid < dk ? qs[tid] : 0.f;
-  const float kv = tid < dk ? ks[tid] : 0.f;
-  const float q_ss = block_sum(qv * qv, scratch);
-  const float k_ss = block_sum(kv * kv, scratch);
-  if (tid < dk) {
-    qs[tid] = qv * rsqrtf(q_ss + 1e-6f) * rsqrtf(float(dk));
-    ks[tid] = kv * rsqrtf(k_ss + 1e-6f);
-  }
-  const float beta = sigmoid(b);
-  const float ax = a + dt_bias;
-  const float softplus = ax > 20.f ? ax : log1pf(expf(ax));
-  const float decay = expf(-expf(A) * softplus);
-  __syncthreads();
-
-  // 3. Delta rule for column col0 + c, rows [grp · kRows, grp · kRows + kRows).
-  float mem = 0.f;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = grp * kRows + r;
-    s[r] *= decay;
-    mem = fmaf(s[r], i < dk ? ks[i] : 0.f, mem);
-  }
-  part[grp][c] = mem;
-  __syncthreads();
-  float m_sum = 0.f;
-#pragma unroll
-  for (int g = 0; g < kRowGroups; ++g) m_sum += part[g][c];
-  const float delta = col_ok ? beta * (vs[c] - m_sum) : 0.f;
-  __syncthreads();
-  float o = 0.f;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = grp * kRows + r;
-    if (i < dk) {
-      s[r] = fmaf(ks[i], delta, s[r]);
-      o = fmaf(s[r], qs[i], o);
-      if (col_ok) S[size_t(i) * dv + col0 + c] = s[r];
-    }
-  }
-  part[grp][c] = o;
-  __syncthreads();
+  // 2. L2 norms, β and the decay; 3. the delta rule for column col0 + c, rows
+  //    [grp · kRows, + kRows).
+  float beta, decay;
+  gdn_norms_and_gates(dk, b, a, A, dt_bias, qs, ks, scratch, beta, decay);
+  const float out = gdn_delta_column<kRows, kRowGroups, kCols>(
+      s, grp, c, col_ok, dk, decay, beta, col_ok ? vs[c] : 0.f, qs, ks, part, S + col0 + c, dv);
 
   // 4. Gated RMSNorm over the head's dv outputs: this block's Σ o², then the cluster's.
-  float out = 0.f;
-  if (grp == 0 && col_ok)
-#pragma unroll
-    for (int g = 0; g < kRowGroups; ++g) out += part[g][c];
   const float ss = block_sum(out * out, scratch);
   if (tid == 0) head_ss = ss;
   cluster.sync();  // every block's head_ss is written
