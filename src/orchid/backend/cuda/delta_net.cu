@@ -1,7 +1,8 @@
 // Gated DeltaNet for one token, one block per value head: the causal conv step over a ring of
 // the last K raw inputs + SiLU, q/k L2 norms, β and the decay, the delta-rule update with the
-// head's [dk, dv] state held in registers (thread → one column, half the rows), and the gated
-// RMSNorm of the output.
+// head's [dk, dv] state held in registers (thread → one column, a quarter of the rows), and the
+// gated RMSNorm of the output. On Hopper, delta_net_cluster.cu's kernel runs instead (a cluster of
+// blocks per head) unless ORCHID_GDN_CLUSTER=0.
 #include "orchid/backend/cuda/delta_net_core.cuh"
 
 namespace orchid::cuda {
@@ -10,7 +11,6 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kQuarters = kThreads / kMaxGdnHeadDim;  // row groups × 128 columns
 constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
-constexpr int kMaxConvK = 8;  // conv taps the kernel handles
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kMaxGdnHeadDim];

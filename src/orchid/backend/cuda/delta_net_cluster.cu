@@ -19,15 +19,14 @@ namespace cg = cooperative_groups;
 
 std::atomic<bool> g_gdn_cluster{true};
 
-constexpr int kSplit = 4;                       // blocks per value head
-constexpr int kThreads = 256;                   // per block
-constexpr int kCols = kMaxGdnHeadDim / kSplit;  // state columns per block (≤ 32)
-constexpr int kMaxConvK = 8;
-constexpr int kSlots = 2;  // conv channels per thread: q, k (2·dk) and this block's v (≤ 288)
+constexpr int kSplit = 4;      // blocks per value head
+constexpr int kThreads = 256;  // per block
 
 __global__ void __launch_bounds__(kThreads)
     gdn_step_cluster_kernel(const __grid_constant__ GdnParams p) {
 #if __CUDA_ARCH__ >= 900
+  constexpr int kCols = kMaxGdnHeadDim / kSplit;  // state columns per block (≤ 32)
+  constexpr int kSlots = 2;  // conv channels per thread: q, k (2·dk) and this block's v (≤ 288)
   constexpr int kRowGroups = kThreads / kCols;        // 8 groups of rows
   constexpr int kRows = kMaxGdnHeadDim / kRowGroups;  // rows per thread (16)
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kCols];
@@ -132,11 +131,9 @@ void set_gdn_cluster_enabled(bool on) {
 }
 
 Expected<bool> launch_gdn_step_cluster(const GdnParams& p, cudaStream_t s) {
-  // Hopper code only (clusters); state columns split evenly; the channels of one block fit its
-  // threads' slots.
-  if (!gdn_cluster_enabled() || !pdl_supported() || p.dv % kSplit != 0 || p.dv / kSplit > kCols ||
-      p.dk > kMaxGdnHeadDim || 2 * p.dk + p.dv / kSplit > kSlots * kThreads || p.K > kMaxConvK)
-    return false;
+  // Hopper code only (clusters); state columns split evenly (launch_gdn_step has checked the
+  // rest: dk, dv ≤ kMaxGdnHeadDim, so a block's 2 dk + dv / kSplit channels fit its slots).
+  if (!gdn_cluster_enabled() || !pdl_supported() || p.dv % kSplit != 0) return false;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.hv * kSplit), cfg.blockDim = dim3(kThreads), cfg.stream = s;
   cudaLaunchAttribute attr[2];

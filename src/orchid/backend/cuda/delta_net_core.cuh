@@ -7,6 +7,8 @@
 
 namespace orchid::cuda {
 
+constexpr int kMaxConvK = 8;  // conv taps the kernels handle
+
 // q and k (dk each, in shared memory) L2-normalised in place (eps 1e-6 on the sum), q also scaled
 // by 1/√dk, by the whole block; β = sigmoid(b) and the decay exp(−exp(A) · softplus(a + dt_bias)).
 // Ends with a barrier.
@@ -72,5 +74,10 @@ __device__ __forceinline__ float gdn_delta_column(float (&s)[ROWS], int grp, int
     for (int g = 0; g < GROUPS; ++g) out += part[g][c];
   return out;
 }
+
+// The step on clusters (delta_net_cluster.cu) for p, validated by launch_gdn_step, which tries it
+// first. False when p is not a launch it takes (switch off, no cluster support, dv not split
+// evenly over the cluster).
+Expected<bool> launch_gdn_step_cluster(const GdnParams& p, cudaStream_t s);
 
 }  // namespace orchid::cuda

@@ -166,10 +166,9 @@ struct GdnParams {
 };
 constexpr int kMaxGdnHeadDim = 128;
 Status launch_gdn_step(const GdnParams& p, cudaStream_t s);
-// The step with each head's state columns split over a cluster of blocks (Hopper code; default
-// on: delta_net_cluster.cu); launch_gdn_step tries it first. False when p is not a launch it
-// takes. Process-wide switch; the backend sets it from ORCHID_GDN_CLUSTER.
-Expected<bool> launch_gdn_step_cluster(const GdnParams& p, cudaStream_t s);
+// Whether the step splits each head's state columns over a cluster of blocks (Hopper code;
+// default on: delta_net_cluster.cu) or runs a block per head. Process-wide; the backend sets it
+// from ORCHID_GDN_CLUSTER.
 bool gdn_cluster_enabled();
 void set_gdn_cluster_enabled(bool on);
 
