@@ -1,8 +1,9 @@
 // Gated DeltaNet for one token, one block per value head: the causal conv step over a ring of
 // the last K raw inputs + SiLU, q/k L2 norms, β and the decay, the delta-rule update with the
-// head's [dk, dv] state held in registers (thread → one column, half the rows), and the gated
-// RMSNorm of the output.
-#include "orchid/backend/cuda/device_common.cuh"
+// head's [dk, dv] state held in registers (thread → one column, a quarter of the rows), and the
+// gated RMSNorm of the output. On Hopper, delta_net_cluster.cu's kernel runs instead (a cluster of
+// blocks per head) unless ORCHID_GDN_CLUSTER=0.
+#include "orchid/backend/cuda/delta_net_core.cuh"
 
 namespace orchid::cuda {
 namespace {
@@ -10,7 +11,6 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kQuarters = kThreads / kMaxGdnHeadDim;  // row groups × 128 columns
 constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
-constexpr int kMaxConvK = 8;  // conv taps the kernel handles
 
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kMaxGdnHeadDim];
@@ -75,54 +75,14 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
   }
   __syncthreads();
 
-  // 2. L2 norms (eps 1e-6 on the sum), q scaled by 1/√dk; β and the decay.
-  const float qv = tid < dk ? qs[tid] : 0.f;
-  const float kv = tid < dk ? ks[tid] : 0.f;
-  const float q_ss = block_sum(qv * qv, scratch);
-  const float k_ss = block_sum(kv * kv, scratch);
-  if (tid < dk) {
-    qs[tid] = qv * rsqrtf(q_ss + 1e-6f) * rsqrtf(float(dk));
-    ks[tid] = kv * rsqrtf(k_ss + 1e-6f);
-  }
-  const float beta = sigmoid(b);
-  const float ax = a + dt_bias;
-  const float softplus = ax > 20.f ? ax : log1pf(expf(ax));
-  const float decay = expf(-expf(A) * softplus);
-  __syncthreads();
+  // 2. L2 norms, β and the decay; 3. the delta rule for column d (rows [half · 32, + 32)).
+  float beta, decay;
+  gdn_norms_and_gates(dk, b, a, A, dt_bias, qs, ks, scratch, beta, decay);
+  const float out = gdn_delta_column<kRowsPerThread, kQuarters, kMaxGdnHeadDim>(
+      s, half, d, col_ok, dk, decay, beta, col_ok ? vs[d] : 0.f, qs, ks, part, S + d, dv);
 
-  // 3. Delta rule. Thread: column d, rows [half · 32, half · 32 + 32).
-  float mem = 0.f;
-#pragma unroll
-  for (int q = 0; q < kRowsPerThread; ++q) {
-    const int i = half * kRowsPerThread + q;
-    s[q] *= decay;
-    mem = fmaf(s[q], i < dk ? ks[i] : 0.f, mem);
-  }
-  part[half][d] = mem;
-  __syncthreads();
-  float m_sum = 0.f;
-#pragma unroll
-  for (int q = 0; q < kQuarters; ++q) m_sum += part[q][d];
-  const float delta = col_ok ? beta * (vs[d] - m_sum) : 0.f;
-  __syncthreads();
-  float o = 0.f;
-#pragma unroll
-  for (int q = 0; q < kRowsPerThread; ++q) {
-    const int i = half * kRowsPerThread + q;
-    if (i < dk) {
-      s[q] = fmaf(ks[i], delta, s[q]);
-      o = fmaf(s[q], qs[i], o);
-      if (col_ok) S[size_t(i) * dv + d] = s[q];
-    }
-  }
-  part[half][d] = o;
-  __syncthreads();
-
-  // 4. Gated RMSNorm over the head's dv outputs, then silu(z).
-  float out = 0.f;
-  if (tid < dv)
-#pragma unroll
-    for (int q = 0; q < kQuarters; ++q) out += part[q][tid];
+  // 4. Gated RMSNorm over the head's dv outputs (thread tid < dv holds column tid's), then
+  //    silu(z).
   const float inv = rsqrtf(block_sum(out * out, scratch) / float(dv) + p.eps);
   if (tid < dv) p.out[size_t(j) * dv + tid] = out * inv * nw * silu(zz);
 }
@@ -135,6 +95,9 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s) {
   if (p.hk <= 0 || p.hv % p.hk != 0) return err("delta net: ", p.hv, " value heads over ", p.hk);
   if (p.K < 1 || p.K > kMaxConvK) return err("delta net: conv kernel of ", p.K, " taps");
   if (2 * p.dk + p.dv > kThreads) return err("delta net: ", 2 * p.dk + p.dv, " channels per head");
+  Expected<bool> done = launch_gdn_step_cluster(p, s);
+  if (!done) return done.error();
+  if (*done) return {};
   return launch("delta net step", gdn_step_kernel, dim3(p.hv), dim3(kThreads), 0, s, p);
 }
 
