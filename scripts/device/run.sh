@@ -3,6 +3,7 @@
 # whole-model tests (ctest label cuda), then `orchid bench decode` on full-size synthetic
 # weights. Logs and JSON go to $OUT; a short table is printed last.
 #   usage: scripts/device/run.sh [tests|bench|all|ncu|ncu-detail|fullsize|timeline|lab] [contexts]
+#   BENCH_ARGS (environment): more `orchid bench decode` flags, e.g. --ablation-lengths none
 #   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
 #        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
 #   fullsize: a full-size synthetic checkpoint (orchid synth, 19 GB, made once per machine) through
@@ -35,7 +36,7 @@ if [[ "$what" == bench || "$what" == all ]]; then
     -lms 250 > "$out/clocks.csv" 2>&1 &
   smi=$!
   "$bin/orchid" bench decode --synthetic qwen3.6-35b-a3b --lengths "$contexts" \
-    --decode-tokens 64 --out "$out/bench-decode.json" 2>&1 | tee "$out/bench.log" || status=1
+    --decode-tokens 64 --out "$out/bench-decode.json" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log" || status=1
   kill "$smi" 2>/dev/null
   echo "SM clock (MHz) during the run: $(awk -F', ' 'NR > 1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -3 | tr '\n' ' ')"
 fi

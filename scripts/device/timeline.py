@@ -5,7 +5,8 @@ With programmatic dependent launch kernels overlap, so a kernel's own duration o
 it adds to the step. Its share here is how far it moves the step's end: its end time minus the
 latest end of the kernels before it (0 when it ends inside an earlier one's span).
     usage: timeline.py TRACE_cuda_gpu_trace.csv [steps] [last kernel of a step]
-(default mma_gemv_kernel: the lm_head on tensor cores; with ORCHID_MMA=0 give gemv_kernel)
+(default: the lm_head kernel, stream_gemv_kernel or, with ORCHID_DP4A=0, mma_gemv_kernel; with
+both off give gemv_kernel)
 """
 import collections
 import csv
@@ -27,7 +28,9 @@ with open(sys.argv[1]) as f:
 rows.sort()
 # The last `steps` decode steps, each ending with the lm_head kernel.
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-last = sys.argv[3] if len(sys.argv) > 3 else "mma_gemv_kernel"
+names = {r[2] for r in rows}
+last = sys.argv[3] if len(sys.argv) > 3 else next(
+    (k for k in ("stream_gemv_kernel", "mma_gemv_kernel") if k in names), "gemv_kernel")
 ends = [i for i, r in enumerate(rows) if r[2].startswith(last)]
 if len(ends) < steps + 1:
     sys.exit(f"only {len(ends)} steps in the trace")

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <random>
 #include <string>
@@ -23,31 +24,38 @@ namespace orchid::test {
   } while (0)
 
 // Which q4 GEMV runs for a scope: the tensor-core kernel (for every size), or the CUDA-core
-// ones with dp4a dot products on int8 x̂ codes or with fp32 products.
+// ones with dp4a dot products on int8 x̂ codes (the streaming kernel for every single q4 matrix
+// of 2,048 columns when `stream`) or with fp32 products.
 struct KernelPath {
-  bool mma, dp4a;
+  bool mma, dp4a, stream = false;
 };
 inline std::string path_name(KernelPath k) {
-  return k.mma ? "tensor cores" : k.dp4a ? "CUDA cores, dp4a" : "CUDA cores, fp32";
+  return k.mma      ? "tensor cores"
+         : k.stream ? "CUDA cores, dp4a stream"
+         : k.dp4a   ? "CUDA cores, dp4a"
+                    : "CUDA cores, fp32";
 }
 inline void PrintTo(const KernelPath& k, std::ostream* os) {
   *os << path_name(k);
 }
 struct PathMode {
   KernelPath saved{cuda::mma_enabled(), cuda::dp4a_enabled()};
-  int saved_rows = cuda::mma_min_rows();
+  int saved_rows = cuda::mma_min_rows(), saved_stream_rows = cuda::stream_min_rows();
   explicit PathMode(KernelPath k) {
     cuda::set_mma_enabled(k.mma);
     cuda::set_dp4a_enabled(k.dp4a);
     cuda::set_mma_min_rows(0);
+    cuda::set_stream_min_rows(k.stream ? 0 : std::numeric_limits<int>::max());
   }
   ~PathMode() {
     cuda::set_mma_enabled(saved.mma);
     cuda::set_dp4a_enabled(saved.dp4a);
     cuda::set_mma_min_rows(saved_rows);
+    cuda::set_stream_min_rows(saved_stream_rows);
   }
 };
-constexpr KernelPath kAllPaths[] = {{false, false}, {false, true}, {true, true}};
+constexpr KernelPath kAllPaths[] = {
+    {false, false}, {false, true}, {true, false}, {false, true, true}};
 
 #define ORCHID_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

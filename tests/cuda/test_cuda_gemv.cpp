@@ -98,6 +98,29 @@ INSTANTIATE_TEST_SUITE_P(
                           Shape{DevFormat::bf16, 5, 4096}, Shape{DevFormat::bf16, 17, 96}),
         ::testing::ValuesIn(test::kAllPaths)));
 
+// One matrix per launch (what the streaming kernel takes): rows that do not fill whole rounds
+// of the grid's warps, RMSNorm prologue and residual add.
+TEST(CudaGemv, OneLongMatrixWithNormAndResidual) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix a(DevFormat::q4, 40001, 2048, rng);
+  DeviceMatrix da(a);
+  auto x = test::random_floats(2048, -2.f, 2.f, rng);
+  auto norm = test::random_floats(2048, 0.5f, 1.5f, rng);
+  auto add = test::random_floats(size_t(a.rows), -3.f, 3.f, rng);
+  for (test::KernelPath path : test::kAllPaths) {
+    test::PathMode mode(path);
+    DevBuf<float> dx(x), dnorm(norm), dy(add);
+    cuda::GemvParams p;
+    p.task[0] = {da.m, dy.get(), dy.get()};
+    p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.norm = dnorm.get();
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    expect_close(a, x_hat(x, &norm, p.eps), dy.host(), &add, dp4a_takes(a, path),
+                 test::path_name(path).c_str());
+  }
+}
+
 // Large activations (|x| up to 3000, as outlier channels reach) keep the same relative bound.
 TEST(CudaGemv, Q4HandlesLargeActivations) {
   ORCHID_REQUIRE_GPU();

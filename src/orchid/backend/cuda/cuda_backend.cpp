@@ -80,8 +80,11 @@ CudaBackend::~CudaBackend() {
 
 Status CudaBackend::init() {
   ORCHID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Mapped: the lm_head's last block writes each chosen id straight into it (no copy between
+  // steps).
   ORCHID_CUDA(
-      cudaHostAlloc(reinterpret_cast<void**>(&pinned_), 4 * sizeof(int), cudaHostAllocDefault));
+      cudaHostAlloc(reinterpret_cast<void**>(&pinned_), 4 * sizeof(int), cudaHostAllocMapped));
+  ORCHID_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&pinned_dev_), pinned_, 0));
   for (cudaEvent_t& e : slot_ev_) ORCHID_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   DeviceArena& A = scratch_;
   const int H = c_.n_embd, hd = c_.head_dim, slots = c_.n_expert_used + 1;

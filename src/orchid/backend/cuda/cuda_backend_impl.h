@@ -161,7 +161,8 @@ class CudaBackend final : public Backend {
   int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;
   unsigned* ticket_ = nullptr;  // lm_head: blocks finished (its last block picks the token)
-  int* pinned_ = nullptr;       // host: two token slots + the position read-back
+  int* pinned_ = nullptr;       // host, mapped: two token slots + the position read-back
+  int* pinned_dev_ = nullptr;   // pinned_ as the device sees it
   cudaEvent_t slot_ev_[2] = {nullptr, nullptr};
   static constexpr int kMaxSplit = 256, kMaxStop = 64, kPromptChunk = 4096;
 };

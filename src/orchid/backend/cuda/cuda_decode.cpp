@@ -67,9 +67,7 @@ Expected<std::vector<int32_t>> CudaBackend::decode_on_device(
   bool stop = false;
   auto enqueue = [&]() -> Status {
     ORCHID_TRY(run_step(st, true, pick));
-    const int slot = enqueued % 2;
-    ORCHID_CUDA(cudaMemcpyAsync(pinned_ + slot, token_, 4, cudaMemcpyDeviceToHost, stream_));
-    ORCHID_CUDA(cudaEventRecord(slot_ev_[slot], stream_));
+    ORCHID_CUDA(cudaEventRecord(slot_ev_[enqueued % 2], stream_));
     ++enqueued;
     st.n_past_ += 1;  // provisional: corrected from the device below
     return {};
@@ -77,9 +75,10 @@ Expected<std::vector<int32_t>> CudaBackend::decode_on_device(
   ORCHID_TRY(enqueue());
   while (handled < enqueued) {
     if (!stop && enqueued < max_new) ORCHID_TRY(enqueue());
-    const int slot = handled % 2;
-    ORCHID_CUDA(cudaEventSynchronize(slot_ev_[slot]));
-    const int32_t id = pinned_[slot];
+    ORCHID_CUDA(cudaEventSynchronize(slot_ev_[handled % 2]));
+    // The step at position start + handled wrote its id to slot (position & 1) of the mapped
+    // buffer; a step halted by an earlier stop id writes nothing, but then `stop` is set.
+    const int32_t id = static_cast<volatile int*>(pinned_)[(start + handled) & 1];
     picks.push_back(id);
     ++handled;
     if (stop) continue;

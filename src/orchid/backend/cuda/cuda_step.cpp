@@ -195,7 +195,7 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
   p.n_task = 1, p.x = out_x, p.cols = H, p.norm = out_n, p.eps = c_.rms_norm_eps;
   p.halt = halt, p.epilogue = GemvEpilogue::argmax, p.ticket = ticket_, p.partial = partial_;
   p.token = token_, p.pos = st.d_pos, p.stop_ids = stop_ids_, p.n_stop = pick.n_stop;
-  p.stopped = st.d_halt, p.inv_temp = pick.inv_temp, p.seed = pick.seed;
+  p.stopped = st.d_halt, p.host_token = pinned_dev_, p.inv_temp = pick.inv_temp, p.seed = pick.seed;
   if (gemv_blocks(p) > 4096) return err("lm_head: too many blocks");
   ORCHID_TRY(launch_gemv(p, stream_));
   if (prof) prof->mark("lm_head+pick", matrix_bytes(m.lm_head));

@@ -290,6 +290,10 @@ __device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v,
     for (int i = 0; i < kPickThreads; ++i)
       if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
     *p.token = bi;
+    if (p.host_token) {
+      p.host_token[*p.pos & 1] = bi;
+      __threadfence_system();  // before the position moves on: the host reads after the step
+    }
     for (int s = 0; s < p.n_stop; ++s)
       if (p.stop_ids[s] == bi && p.stopped) *p.stopped = 1;
     ++*p.pos;
@@ -305,6 +309,11 @@ Expected<bool> launch_mma_gemv(const GemvParams& p, cudaStream_t s);
 // of 2,048; rows for one wave), validated by launch_gemv. Returns false when p is not a launch it
 // takes.
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
+
+// The streaming dp4a GEMV of gemv_stream.cu for p (one q4 matrix of 2,048 columns and at least
+// mma_min_rows() rows: the lm_head), validated by launch_gemv. Returns false when p is not a
+// launch it takes.
+Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s);
 
 // Multiprocessors of the current device (cached).
 int sm_count();

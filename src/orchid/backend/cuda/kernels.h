@@ -71,7 +71,8 @@ struct GemvParams {
   int* pos = nullptr;    // incremented by the last block: the step is complete
   const int* stop_ids = nullptr;
   int n_stop = 0;
-  int* stopped = nullptr;  // set when the chosen id is a stop id (halts later steps)
+  int* stopped = nullptr;     // set when the chosen id is a stop id (halts later steps)
+  int* host_token = nullptr;  // optional mapped host [2]: the id also goes to slot (position & 1)
   float inv_temp = 0.f;
   uint64_t seed = 0;
 };
@@ -203,6 +204,11 @@ void set_mma_min_rows(int rows);
 // the earlier fp32 kernels (the ablation). Process-wide; the backend sets it from its switch.
 bool dp4a_enabled();
 void set_dp4a_enabled(bool on);
+// With dp4a on, single q4 GEMVs of 2,048 columns and at least stream_min_rows() rows (default
+// 32768: the lm_head) run the streaming dp4a kernel (gemv_stream.cu) before the tensor cores are
+// considered. Process-wide; tests move it.
+int stream_min_rows();
+void set_stream_min_rows(int rows);
 
 // ---- small kernels ----------------------------------------------------------------------------
 
