@@ -321,9 +321,6 @@ __device__ __forceinline__ void cp_async_wait() {
 template <int G, int HD>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_mma_kernel(const __grid_constant__ AttnParams p) {
-  grid_dep_wait();
-  grid_dep_release();
-  if (p.halt && *p.halt) return;
   constexpr int kBlocks = HD / 32;  // 32-dim blocks of a row (q·k)
   constexpr int kMt = HD / 16;      // 16-dim output tiles (P·V)
   constexpr int kWords = HD / 16;   // bf16 pairs of a row a lane reads for P·V
@@ -339,6 +336,39 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   extern __shared__ uint4 smem_attn[];
   uint16_t* sk = reinterpret_cast<uint16_t*>(smem_attn) + size_t(warp) * 2 * kStage * RS;
   uint16_t* sv = sk + kStage * RS;
+  const size_t row_stride = size_t(nkv) * HD;
+  const uint16_t* kcache = p.kc + size_t(g) * HD;
+  const uint16_t* vcache = p.vc + size_t(g) * HD;
+
+  // Warp w takes stages (kStage keys) w, w + kAttnWarps, … of the block's range. Rows of stage s
+  // into the warp's stage memory as one cp.async group: all of them, or only those before the
+  // newest key, or only the newest (rows past the last key repeat it; they are masked).
+  enum Rows { kAll, kStable, kNewest };
+  auto stage_rows = [&](const uint16_t* cache, uint16_t* dst, int j0, Rows which) {
+#pragma unroll
+    for (int c = lane; c < kStage * (HD / 8); c += 32) {
+      const int r = c / (HD / 8), ch = c % (HD / 8);
+      const int row = min(j0 + r, n_keys - 1);
+      if (which == kAll || (which == kNewest) == (row == n_keys - 1))
+        cp_async16(dst + r * RS + 8 * ch, cache + size_t(row) * row_stride + 8 * ch);
+    }
+    cp_async_commit();
+  };
+  const int s_end = min(t_end * (kTile / kStage), (n_keys + kStage - 1) / kStage);
+  int s = t_begin * (kTile / kStage) + warp;
+  // Every key but the newest (which the q/k kernel before this one writes) is in the cache
+  // already: the warp's first stage is requested before the wait, so its memory round trip
+  // overlaps the previous kernels (at 4K context that is all of a warp's keys).
+  if (s < s_end) {
+    stage_rows(kcache, sk, s * kStage, kStable);
+    stage_rows(vcache, sv, s * kStage, kStable);
+  }
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) {
+    cp_async_wait<0>();
+    return;
+  }
 
   // A fragments of Q (hi, lo) for every (32-dim block, half) and lane, built by the block.
   __shared__ uint4 s_qa[kBlocks * 2][32];
@@ -362,106 +392,85 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
   float acc[kMt][4] = {};  // Oᵀ: [dims HD/8·gq + i (c0, c1), + kMt + i (c2, c3)] × heads 2t, 2t+1
   float m = -INFINITY, l = 0.f;  // head gq's running max and sum
-  const size_t row_stride = size_t(nkv) * HD;
-  const uint16_t* kcache = p.kc + size_t(g) * HD;
-  const uint16_t* vcache = p.vc + size_t(g) * HD;
-
-  for (int tile = t_begin + warp; tile < t_end; tile += kAttnWarps) {
-#pragma unroll 1
-    for (int stage = 0; stage < kTile / kStage; ++stage) {
-      const int j0 = tile * kTile + stage * kStage;
-      if (j0 >= n_keys) break;  // the last tile's second stage past the last key (warp-uniform)
-      // Rows j0 .. j0 + kStage - 1 (past the last key: the last key again, masked below).
-      __syncwarp();  // the previous stage's reads are done
-#pragma unroll
-      for (int c = lane; c < kStage * (HD / 8); c += 32) {
-        const int r = c / (HD / 8), ch = c % (HD / 8);
-        cp_async16(sk + r * RS + 8 * ch,
-                   kcache + size_t(min(j0 + r, n_keys - 1)) * row_stride + 8 * ch);
-      }
-      cp_async_commit();
-#pragma unroll
-      for (int c = lane; c < kStage * (HD / 8); c += 32) {
-        const int r = c / (HD / 8), ch = c % (HD / 8);
-        cp_async16(sv + r * RS + 8 * ch,
-                   vcache + size_t(min(j0 + r, n_keys - 1)) * row_stride + 8 * ch);
-      }
-      cp_async_commit();
-      cp_async_wait<1>();  // K is in
-      __syncwarp();
-      float c[kStageNt][4] = {};
+  for (bool first = true; s < s_end; s += kAttnWarps, first = false) {
+    const int j0 = s * kStage;
+    // The first stage's newest-key rows, or a whole later stage: K then V, so that after
+    // the wait below at most the last V group is in flight.
+    if (!first) __syncwarp();  // the previous stage's reads are done
+    stage_rows(kcache, sk, j0, first ? kNewest : kAll);
+    stage_rows(vcache, sv, j0, first ? kNewest : kAll);
+    cp_async_wait<1>();  // K is in
+    __syncwarp();
+    float c[kStageNt][4] = {};
 #pragma unroll 2
-      for (int b = 0; b < kBlocks; ++b) {
-        const uint4 a0 = s_qa[2 * b][lane], a1 = s_qa[2 * b + 1][lane];
-#pragma unroll
-        for (int nt = 0; nt < kStageNt; ++nt) {
-          const uint4 kr =
-              *reinterpret_cast<const uint4*>(sk + (nt * 8 + gq) * RS + 32 * b + 8 * t);
-          mma_bf16_16816(c[nt], a0, kr.x, kr.y);
-          mma_bf16_16816(c[nt], a1, kr.z, kr.w);
-        }
-      }
-      // Head gq's scores of keys j0 + 8 nt + 2t (+1); past the last key: -inf.
-      float sc[kStageNt][2], mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kStageNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = j0 + nt * 8 + 2 * t + e;
-          sc[nt][e] = key < n_keys ? c[nt][e] + c[nt][e + 2] : -INFINITY;
-          mx = fmaxf(mx, sc[nt][e]);
-        }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m, mx);
-      // A stage wholly past the last key leaves m at -inf; exp(-inf - -inf) would be NaN.
-      const float corr = m_new == -INFINITY ? 1.f : expf(m - m_new);
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kStageNt; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          sc[nt][e] = m_new == -INFINITY ? 0.f : expf(sc[nt][e] - m_new);  // 0 past the last key
-          sum += sc[nt][e];
-        }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      l = l * corr + sum;
-      m = m_new;
-      // This lane's output heads 2t, 2t + 1 take their corrections from lanes 8t and 8t + 4.
-      const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * t);
-      const float corr_b = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
-#pragma unroll
-      for (int i = 0; i < kMt; ++i) {
-        acc[i][0] *= corr_a, acc[i][2] *= corr_a;
-        acc[i][1] *= corr_b, acc[i][3] *= corr_b;
-      }
-      cp_async_wait<0>();  // V is in
-      __syncwarp();
+    for (int b = 0; b < kBlocks; ++b) {
+      const uint4 a0 = s_qa[2 * b][lane], a1 = s_qa[2 * b + 1][lane];
 #pragma unroll
       for (int nt = 0; nt < kStageNt; ++nt) {
-        const uint4* va =
-            reinterpret_cast<const uint4*>(sv + (nt * 8 + 2 * t) * RS + (HD / 8) * gq);
-        const uint4* vb =
-            reinterpret_cast<const uint4*>(sv + (nt * 8 + 2 * t + 1) * RS + (HD / 8) * gq);
-        uint32_t ra[kWords], rb[kWords];
+        const uint4 kr = *reinterpret_cast<const uint4*>(sk + (nt * 8 + gq) * RS + 32 * b + 8 * t);
+        mma_bf16_16816(c[nt], a0, kr.x, kr.y);
+        mma_bf16_16816(c[nt], a1, kr.z, kr.w);
+      }
+    }
+    // Head gq's scores of keys j0 + 8 nt + 2t (+1); past the last key: -inf.
+    float sc[kStageNt][2], mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < kWords; w += 4) {
-          const uint4 x = va[w / 4], y = vb[w / 4];
-          ra[w] = x.x, ra[w + 1] = x.y, ra[w + 2] = x.z, ra[w + 3] = x.w;
-          rb[w] = y.x, rb[w + 1] = y.y, rb[w + 2] = y.z, rb[w + 3] = y.w;
-        }
-        const float p0 = sc[nt][0], p1 = sc[nt][1];
-        const float h0 = bf16_bits_to_float(float_to_bf16_bits(p0));
-        const float h1 = bf16_bits_to_float(float_to_bf16_bits(p1));
-        const uint32_t b_hi = pack_bf16(h0, h1), b_lo = pack_bf16(p0 - h0, p1 - h1);
+    for (int nt = 0; nt < kStageNt; ++nt)
 #pragma unroll
-        for (int i = 0; i < kMt; ++i) {
-          const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // the same half of both rows' words
-          const uint32_t lo_dims = __byte_perm(ra[i / 2], rb[i / 2], sel);
-          const uint32_t hi_dims = __byte_perm(ra[kMt / 2 + i / 2], rb[kMt / 2 + i / 2], sel);
-          mma_bf16_16816(acc[i], make_uint4(lo_dims, hi_dims, lo_dims, hi_dims), b_hi, b_lo);
-        }
+      for (int e = 0; e < 2; ++e) {
+        const int key = j0 + nt * 8 + 2 * t + e;
+        sc[nt][e] = key < n_keys ? c[nt][e] + c[nt][e + 2] : -INFINITY;
+        mx = fmaxf(mx, sc[nt][e]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);
+    // A stage wholly past the last key leaves m at -inf; exp(-inf - -inf) would be NaN.
+    const float corr = m_new == -INFINITY ? 1.f : expf(m - m_new);
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kStageNt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sc[nt][e] = m_new == -INFINITY ? 0.f : expf(sc[nt][e] - m_new);  // 0 past the last key
+        sum += sc[nt][e];
+      }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    l = l * corr + sum;
+    m = m_new;
+    // This lane's output heads 2t, 2t + 1 take their corrections from lanes 8t and 8t + 4.
+    const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * t);
+    const float corr_b = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+#pragma unroll
+    for (int i = 0; i < kMt; ++i) {
+      acc[i][0] *= corr_a, acc[i][2] *= corr_a;
+      acc[i][1] *= corr_b, acc[i][3] *= corr_b;
+    }
+    cp_async_wait<0>();  // V is in
+    __syncwarp();
+#pragma unroll
+    for (int nt = 0; nt < kStageNt; ++nt) {
+      const uint4* va = reinterpret_cast<const uint4*>(sv + (nt * 8 + 2 * t) * RS + (HD / 8) * gq);
+      const uint4* vb =
+          reinterpret_cast<const uint4*>(sv + (nt * 8 + 2 * t + 1) * RS + (HD / 8) * gq);
+      uint32_t ra[kWords], rb[kWords];
+#pragma unroll
+      for (int w = 0; w < kWords; w += 4) {
+        const uint4 x = va[w / 4], y = vb[w / 4];
+        ra[w] = x.x, ra[w + 1] = x.y, ra[w + 2] = x.z, ra[w + 3] = x.w;
+        rb[w] = y.x, rb[w + 1] = y.y, rb[w + 2] = y.z, rb[w + 3] = y.w;
+      }
+      const float p0 = sc[nt][0], p1 = sc[nt][1];
+      const float h0 = bf16_bits_to_float(float_to_bf16_bits(p0));
+      const float h1 = bf16_bits_to_float(float_to_bf16_bits(p1));
+      const uint32_t b_hi = pack_bf16(h0, h1), b_lo = pack_bf16(p0 - h0, p1 - h1);
+#pragma unroll
+      for (int i = 0; i < kMt; ++i) {
+        const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // the same half of both rows' words
+        const uint32_t lo_dims = __byte_perm(ra[i / 2], rb[i / 2], sel);
+        const uint32_t hi_dims = __byte_perm(ra[kMt / 2 + i / 2], rb[kMt / 2 + i / 2], sel);
+        mma_bf16_16816(acc[i], make_uint4(lo_dims, hi_dims, lo_dims, hi_dims), b_hi, b_lo);
       }
     }
   }
