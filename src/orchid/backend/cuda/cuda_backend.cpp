@@ -116,6 +116,13 @@ Status CudaBackend::init() {
   ORCHID_ALLOC(partial_, float, 2 * 4096);
   ORCHID_ALLOC(part_acc_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * hd);
   ORCHID_ALLOC(part_ml_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * 2);
+  // The fused combine's counters [n_head_kv]: one array for all attention layers, like the
+  // partials above. A layer's last block per KV head resets its counter before that grid
+  // completes; the next attention launch (next layer or next step) touches the counters only
+  // after its grid_dep_wait(), and every kernel in between waits likewise before it writes or
+  // ends, so with PDL too the reset is complete and visible by then. A per-layer array would add
+  // nothing: the same layer's next step relies on that same ordering.
+  ORCHID_ALLOC(attn_ticket_, unsigned, c_.n_head_kv);
   ORCHID_ALLOC(token_, int, 1);
   ORCHID_ALLOC(prompt_, int, kPromptChunk);
   ORCHID_ALLOC(stop_ids_, int, kMaxStop);

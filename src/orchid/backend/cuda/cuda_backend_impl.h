@@ -157,6 +157,9 @@ class CudaBackend final : public Backend {
   // The unfused variants' scratch (ORCHID_FUSED_EXPERT=0, ORCHID_FUSED_QK=0).
   float *gate_up_raw_ = nullptr, *slot_out_ = nullptr, *k_work_ = nullptr;
   float *partial_ = nullptr, *part_acc_ = nullptr, *part_ml_ = nullptr;
+  // [n_head_kv] split-KV ranges finished per KV head (the fused combine), zeroed at allocation,
+  // reset by each launch's last blocks; one array for every attention layer (see init()).
+  unsigned* attn_ticket_ = nullptr;
   float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
   int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;
