@@ -2,8 +2,7 @@
 // RoPE on the first n_rot dims, K and V appended to the bf16 cache. attention_decode: one block
 // per (KV head, KV range); each K/V row is loaded once for all query heads of its GQA group
 // (lane ℓ holds dims [8ℓ, 8ℓ+8)); tiles of 32 keys per warp with an online softmax. With more
-// than one range per head the last block of each KV head to finish merges the ranges and applies
-// the sigmoid gate (ORCHID_FUSED_COMBINE=0: a combine kernel of its own does).
+// than one range per head a combine kernel merges the ranges and applies the sigmoid gate.
 // attention_mma_kernel (default for head sizes 64, 128, 256) does both products on tensor cores.
 #include <atomic>
 #include <cmath>
@@ -121,97 +120,13 @@ __device__ __forceinline__ void unpack8(uint4 u, float (&out)[8]) {
   out[4] = bf16_lo(u.z), out[5] = bf16_hi(u.z), out[6] = bf16_lo(u.w), out[7] = bf16_hi(u.w);
 }
 
-// The fused combine: merges KV head g's n_split range partials into the gated output of its G
-// query heads, in the last of the head's blocks to finish — saving the combine kernel's launch
-// and dependency wait (~5.8 µs per attention layer at 4K in an H200 trace), at the price of one
-// block reading all of the head's partials (n_split · G · hd · 4 bytes from L2; for the 35B
-// model's G = 8, hd = 256: 256 KB at 4K (32 ranges), 1 MB from 16K on (128 ranges), where the
-// separate kernel spreads the same reads over G blocks per head — hence the switch, to measure
-// both). The classic last-block pattern (finish_argmax in gemv_core.cuh): each block publishes
-// its partials, fences, and draws a ticket; the block drawing n_split - 1 knows every partial is
-// visible, reads them past L1 (__ldcg: L1 is not coherent) and resets the ticket to zero for the
-// next launch — the decode step is a CUDA graph replayed every token, and the same counters
-// serve every attention layer (cuda_backend.cpp).
-// `scratch`: at least 2 · n_split · G floats of shared memory the caller no longer reads.
-// PRECONDITION: every thread of the block calls it, after storing its partials.
-constexpr int kCombineBatch = 16;  // ranges whose partials a thread has in flight at once
-
-template <int G>
-__device__ __forceinline__ void combine_in_last_block(const AttnParams& p, int g, int n_split,
-                                                      float* scratch) {
-  __shared__ bool s_last;
-  __shared__ float s_ls[G];
-  __threadfence();  // this thread's partials are visible device-wide before the ticket
-  __syncthreads();  // ... for every thread of the block; and its reads of scratch are done
-  if (threadIdx.x == 0) s_last = atomicAdd(p.ticket + g, 1u) == unsigned(n_split - 1);
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();  // the other blocks' partials are read after their tickets
-  const int hd = p.hd, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n = n_split * G;
-  float* s_w = scratch;      // [n_split][G]: each range's max, then its weight exp(max - head max)
-  float* s_l = scratch + n;  // [n_split][G]: each range's sum
-  const float2* ml = reinterpret_cast<const float2*>(p.part_ml) + size_t(g) * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float2 v = __ldcg(ml + i);
-    s_w[i] = v.x, s_l[i] = v.y;
-  }
-  __syncthreads();
-  // A warp per query head: the max over ranges, the weights, the sum of the weighted sums.
-  for (int h = warp; h < G; h += int(blockDim.x >> 5)) {
-    float mx = -INFINITY;
-    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, s_w[s * G + h]);
-    mx = warp_max(mx);  // finite: range 0 holds key 0
-    float ls = 0.f;
-    for (int s = lane; s < n_split; s += 32) {
-      const float w = expf(s_w[s * G + h] - mx);  // 0 for empty ranges (max -inf)
-      s_w[s * G + h] = w;
-      ls = fmaf(s_l[s * G + h], w, ls);
-    }
-    ls = warp_sum(ls);
-    if (lane == 0) s_ls[h] = ls;
-  }
-  __syncthreads();
-  // Thread per 4 output dims (one float4 column of a range's [G, hd] partial; hd % 8 == 0):
-  // kCombineBatch ranges' loads in flight at once, branch-free past the last range.
-  const int quads = G * hd / 4;
-  const float4* acc = reinterpret_cast<const float4*>(p.part_acc) + size_t(g) * n_split * quads;
-  for (int c = threadIdx.x; c < quads; c += blockDim.x) {
-    const int h = 4 * c / hd, d = 4 * c % hd;
-    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < n_split; s0 += kCombineBatch) {
-      float4 v[kCombineBatch];
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u)
-        v[u] = s0 + u < n_split ? __ldcg(acc + size_t(s0 + u) * quads + c)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int u = 0; u < kCombineBatch; ++u) {
-        const float w = s0 + u < n_split ? s_w[(s0 + u) * G + h] : 0.f;
-        a.x = fmaf(v[u].x, w, a.x), a.y = fmaf(v[u].y, w, a.y);
-        a.z = fmaf(v[u].z, w, a.z), a.w = fmaf(v[u].w, w, a.w);
-      }
-    }
-    const int head = g * G + h;
-    const float* gate = p.qg + size_t(head) * 2 * hd + hd + d;
-    float* out = p.out + size_t(head) * hd + d;
-    const float ls = s_ls[h];
-    out[0] = a.x / ls * sigmoid(gate[0]), out[1] = a.y / ls * sigmoid(gate[1]);
-    out[2] = a.z / ls * sigmoid(gate[2]), out[3] = a.w / ls * sigmoid(gate[3]);
-  }
-  if (threadIdx.x == 0) p.ticket[g] = 0u;  // every block of this launch has drawn its ticket
-}
-
 // After a block's warps have left (m, l) per head in s_ml and their accumulators in s_acc:
 // the block's result per query head of the group — the gated output (one range) or the range's
-// partial, which the last block of the head merges (p.ticket set) or the combine kernel does.
-// s_acc is scratch for the fused combine afterwards (kAttnWarps · G · kMaxHeadDim floats hold the
-// 2 · n_split · G it needs for n_split <= kMaxFusedSplit).
+// partial for the combine kernel.
 template <int G>
 __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int split, int n_split,
                                                 const float (&s_ml)[kAttnWarps][G][2],
-                                                float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
-  static_assert(kAttnWarps * kMaxHeadDim >= 2 * kMaxFusedSplit);
+                                                const float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
   const int hd = p.hd;
   const int gq = G * hd;
   const bool direct = n_split == 1;
@@ -235,7 +150,6 @@ __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int 
       if (d == 0) p.part_ml[slot * 2] = mx, p.part_ml[slot * 2 + 1] = ls;
     }
   }
-  if (!direct && p.ticket) combine_in_last_block<G>(p, g, n_split, &s_acc[0][0][0]);
 }
 
 template <int G>
@@ -578,11 +492,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   merge_and_store<G>(p, g, split, n_split, s_ml, s_acc);
 }
 
-// Merges the per-range partials of every (KV head, group head) and applies the output gate
-// (ORCHID_FUSED_COMBINE=0; by default the attention kernel's last blocks do). Grid: n_head_kv *
-// group blocks; block: kCombineParts × hd threads — part q of each output dim sums every
-// kCombineParts-th range (branch-free, so loads stay in flight), then the parts are added in shared
-// memory.
+// Merges the per-range partials of every (KV head, group head) and applies the output gate.
+// Grid: n_head_kv * group blocks; block: kCombineParts × hd threads — part q of each output dim
+// sums every kCombineParts-th range (branch-free, so loads stay in flight), then the parts are
+// added in shared memory.
 constexpr int kCombineParts = 4;
 
 __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, int group) {
@@ -644,16 +557,15 @@ Status launch_scores(const AttnParams& p, cudaStream_t s) {
   return launch("attention", attention_kernel<G>, grid, block, 0, s, p);
 }
 
-// p.ticket is set exactly when the attention kernel merges the ranges itself.
 template <int G>
 Status launch_g(const AttnParams& p, cudaStream_t s) {
   ORCHID_TRY(launch_scores<G>(p, s));
-  if (p.n_split == 1 || p.ticket) return {};
+  if (p.n_split == 1) return {};
   return launch("attention combine", attention_combine_kernel, dim3(p.n_head_kv * G),
                 dim3((p.hd + 31) / 32 * 32 * kCombineParts), 0, s, p, G);
 }
 
-std::atomic<bool> g_attention_mma{true}, g_attention_fused_combine{true};
+std::atomic<bool> g_attention_mma{true};
 
 }  // namespace
 
@@ -662,12 +574,6 @@ bool attention_mma_enabled() {
 }
 void set_attention_mma_enabled(bool on) {
   g_attention_mma.store(on, std::memory_order_relaxed);
-}
-bool attention_fused_combine_enabled() {
-  return g_attention_fused_combine.load(std::memory_order_relaxed);
-}
-void set_attention_fused_combine_enabled(bool on) {
-  g_attention_fused_combine.store(on, std::memory_order_relaxed);
 }
 
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s) {
@@ -682,25 +588,10 @@ Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s) {
   return launch("kv write", kv_write_kernel, dim3(p.n_head_kv), dim3(threads), 0, s, p);
 }
 
-Status launch_attention_decode(const AttnParams& in, cudaStream_t s) {
-  AttnParams p = in;
+Status launch_attention_decode(const AttnParams& p, cudaStream_t s) {
   const int group = p.n_head / p.n_head_kv;
-  if (p.hd > kMaxHeadDim || p.hd % 8 != 0) return err("attention: head_dim ", p.hd);
   if (p.n_split > 1 && (!p.part_acc || !p.part_ml))
     return err("attention: split-KV buffers missing");
-  if (p.n_split > 1 && attention_fused_combine_enabled()) {
-    if (!p.ticket)
-      return err("attention: the fused combine needs ticket counters (AttnParams::ticket)");
-    if (p.n_split > kMaxFusedSplit)
-      return err("attention: the fused combine merges at most ", kMaxFusedSplit, " ranges, not ",
-                 p.n_split);
-    // It reads the partials as float4 (part_acc) and float2 (part_ml).
-    if (reinterpret_cast<uintptr_t>(p.part_acc) % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(p.part_ml) % 8 != 0)
-      return err("attention: split-KV buffers misaligned for the fused combine");
-  } else {
-    p.ticket = nullptr;  // the kernel stores partials only (or the gated output, one range)
-  }
   switch (group) {
     case 1:
       return launch_g<1>(p, s);

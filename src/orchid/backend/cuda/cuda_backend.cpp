@@ -41,7 +41,6 @@ Switches Switches::from_env() {
   s.dp4a = !env_off("ORCHID_DP4A");
   s.fused_expert = !env_off("ORCHID_FUSED_EXPERT");
   s.fused_qk = !env_off("ORCHID_FUSED_QK");
-  s.fused_combine = !env_off("ORCHID_FUSED_COMBINE");
   s.gdn_cluster = !env_off("ORCHID_GDN_CLUSTER");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
@@ -55,15 +54,13 @@ void Switches::apply() const {
   set_dp4a_enabled(dp4a);
   set_gdn_cluster_enabled(gdn_cluster);
   set_attention_mma_enabled(mma_attention);
-  set_attention_fused_combine_enabled(fused_combine);
 }
 
 std::string Switches::graph_key() const {
   return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" + std::to_string(mma) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
          std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
-         std::to_string(fused_qk) + "/" + std::to_string(gdn_cluster) + "/" +
-         std::to_string(fused_combine);
+         std::to_string(fused_qk) + "/" + std::to_string(gdn_cluster);
 }
 
 CudaState::~CudaState() {
@@ -122,13 +119,6 @@ Status CudaBackend::init() {
   ORCHID_ALLOC(partial_, float, 2 * 4096);
   ORCHID_ALLOC(part_acc_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * hd);
   ORCHID_ALLOC(part_ml_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * 2);
-  // The fused combine's counters [n_head_kv]: one array for all attention layers, like the
-  // partials above. A layer's last block per KV head resets its counter before that grid
-  // completes; the next attention launch (next layer or next step) touches the counters only
-  // after its grid_dep_wait(), and every kernel in between waits likewise before it writes or
-  // ends, so with PDL too the reset is complete and visible by then. A per-layer array would add
-  // nothing: the same layer's next step relies on that same ordering.
-  ORCHID_ALLOC(attn_ticket_, unsigned, c_.n_head_kv);
   ORCHID_ALLOC(token_, int, 1);
   ORCHID_ALLOC(prompt_, int, kPromptChunk);
   ORCHID_ALLOC(stop_ids_, int, kMaxStop);

@@ -35,15 +35,13 @@ namespace orchid::cuda {
 // ORCHID_FUSED_EXPERT=0 forms SiLU(gate)·up and the weighted residual sum in kernels of their own
 // instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
 // write as three kernels instead of one; ORCHID_GDN_CLUSTER=0 runs the DeltaNet step one block
-// per head instead of a cluster of four; ORCHID_FUSED_COMBINE=0 merges the split-KV ranges in a
-// combine kernel of its own instead of in the attention kernel's last block per KV head.
+// per head instead of a cluster of four.
 struct Switches {
   bool graph = true;
   bool gdn_cluster = true;
   bool dp4a = true;
   bool fused_expert = true;
   bool fused_qk = true;
-  bool fused_combine = true;
   bool mma = true;
   bool mma_attention = true;
   bool fused_routing = true;
@@ -159,9 +157,6 @@ class CudaBackend final : public Backend {
   // The unfused variants' scratch (ORCHID_FUSED_EXPERT=0, ORCHID_FUSED_QK=0).
   float *gate_up_raw_ = nullptr, *slot_out_ = nullptr, *k_work_ = nullptr;
   float *partial_ = nullptr, *part_acc_ = nullptr, *part_ml_ = nullptr;
-  // [n_head_kv] split-KV ranges finished per KV head (the fused combine), zeroed at allocation,
-  // reset by each launch's last blocks; one array for every attention layer (see init()).
-  unsigned* attn_ticket_ = nullptr;
   float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
   int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;

@@ -137,7 +137,6 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"fused_expert", base.fused_expert},
                      {"fused_qk", base.fused_qk},
                      {"gdn_cluster", base.gdn_cluster},
-                     {"fused_combine", base.fused_combine},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -179,8 +178,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         {"dp4a", &cuda::Switches::dp4a},
         {"fused_expert", &cuda::Switches::fused_expert},
         {"fused_qk", &cuda::Switches::fused_qk},
-        {"gdn_cluster", &cuda::Switches::gdn_cluster},
-        {"fused_combine", &cuda::Switches::fused_combine}};
+        {"gdn_cluster", &cuda::Switches::gdn_cluster}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;

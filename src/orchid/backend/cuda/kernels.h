@@ -143,31 +143,20 @@ struct AttnParams {
   uint16_t* vc = nullptr;     // [capacity, n_head_kv, hd] bf16
   const int* pos = nullptr;   // this token's position (device)
   float* out = nullptr;       // [n_head * hd] attention ⊙ sigmoid(gate)
-  int n_split = 1;            // KV ranges per KV head; > 1 needs the buffers below
-  float* part_acc = nullptr;  // [n_head_kv, n_split, group, hd], 16-byte aligned
-  float* part_ml = nullptr;   // [n_head_kv, n_split, group, 2] (max, sum), 8-byte aligned
-  // n_split > 1 with the fused combine: [n_head_kv] ranges finished per KV head, zero before the
-  // first launch; the last range of each head merges them and resets its counter to zero, so
-  // the array serves every later launch (any layer, any n_split) unchanged.
-  unsigned* ticket = nullptr;
+  int n_split = 1;            // KV ranges per KV head; > 1 needs the two buffers below
+  float* part_acc = nullptr;  // [n_head_kv, n_split, group, hd]
+  float* part_ml = nullptr;   // [n_head_kv, n_split, group, 2] (max, sum)
   const int* halt = nullptr;
 };
-// Largest GQA group and head size the attention kernel handles; most ranges the fused combine
-// merges (its weights live in the kernel's shared memory).
-constexpr int kMaxGqaGroup = 8, kMaxHeadDim = 256, kMaxFusedSplit = 512;
+// Largest GQA group and head size the attention kernel handles.
+constexpr int kMaxGqaGroup = 8, kMaxHeadDim = 256;
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s);
-// The attention kernel; with n_split > 1 the ranges are merged (and the gate applied) by the
-// last block of each KV head (fused combine, default) or by a kernel of their own.
+// The attention kernel, then (n_split > 1) the kernel merging the ranges.
 Status launch_attention_decode(const AttnParams& p, cudaStream_t s);
 // Whether decode attention multiplies on the tensor cores (default; head sizes 64, 128, 256) or
 // on the CUDA cores. Process-wide; the backend sets it from its switch.
 bool attention_mma_enabled();
 void set_attention_mma_enabled(bool on);
-// Whether split-KV ranges are merged inside the attention kernel (default; needs
-// AttnParams::ticket) or by a combine kernel launched after it (the ablation). Process-wide;
-// the backend sets it from ORCHID_FUSED_COMBINE.
-bool attention_fused_combine_enabled();
-void set_attention_fused_combine_enabled(bool on);
 
 // ---- Gated DeltaNet (one token) -------------------------------------------------------------
 
