@@ -130,16 +130,28 @@ __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int 
   const int hd = p.hd;
   const int gq = G * hd;
   const bool direct = n_split == 1;
-  for (int i = threadIdx.x; i < gq; i += blockDim.x) {
-    const int h = i / hd, d = i % hd;
-    float mx = -INFINITY;
+  // Per head: the max over warps, each warp's weight exp(m_w − max) (0 for a warp without keys)
+  // and the weighted sum of l — once per head, not per output dim (at 4K context the merge
+  // was most of the kernel's instructions).
+  __shared__ float s_f[kAttnWarps][G], s_head[G][2];
+  if (int(threadIdx.x) < G) {
+    const int h = threadIdx.x;
+    float mx = -INFINITY, ls = 0.f;
     for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_ml[w][h][0]);
-    float ls = 0.f, a = 0.f;
     for (int w = 0; w < kAttnWarps; ++w) {
       const float f = s_ml[w][h][0] == -INFINITY ? 0.f : expf(s_ml[w][h][0] - mx);
+      s_f[w][h] = f;
       ls += s_ml[w][h][1] * f;
-      a += s_acc[w][h][d] * f;
     }
+    s_head[h][0] = mx, s_head[h][1] = ls;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < gq; i += blockDim.x) {
+    const int h = i / hd, d = i % hd;
+    const float mx = s_head[h][0], ls = s_head[h][1];
+    float a = 0.f;
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) a = fmaf(s_acc[w][h][d], s_f[w][h], a);
     const int head = g * G + h;
     if (direct) {
       const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
