@@ -262,22 +262,9 @@ struct GdnCase {
   int hk, hv, dk, dv;
 };
 
-// Both kernels: a block per head, and (Hopper) a cluster of blocks per head.
-class CudaDeltaNet : public ::testing::TestWithParam<bool> {};
-
-// The switch for a scope.
-struct GdnClusterMode {
-  bool saved = cuda::gdn_cluster_enabled();
-  explicit GdnClusterMode(bool on) { cuda::set_gdn_cluster_enabled(on); }
-  ~GdnClusterMode() { cuda::set_gdn_cluster_enabled(saved); }
-};
-
-TEST_P(CudaDeltaNet, StepsMatchReference) {
+TEST(CudaDeltaNet, StepsMatchReference) {
   ORCHID_REQUIRE_GPU();
-  if (GetParam() && !cuda::pdl_supported()) GTEST_SKIP() << "clusters need Hopper code";
-  GdnClusterMode mode(GetParam());
   std::mt19937_64 rng(std::random_device{}());
-  // 50 value dims do not split over a cluster of 4: the block-per-head kernel runs.
   for (GdnCase cs : {GdnCase{16, 32, 128, 128}, GdnCase{3, 6, 32, 48}, GdnCase{2, 4, 64, 50}}) {
     const int K = 4, kd = cs.hk * cs.dk, vd = cs.hv * cs.dv, C = 2 * kd + vd;
     auto conv_w = test::random_floats(size_t(C) * K, -0.5f, 0.5f, rng);
@@ -363,11 +350,6 @@ TEST_P(CudaDeltaNet, StepsMatchReference) {
     }
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeltaNet, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) {
-                           return i.param ? "cluster" : "block_per_head";
-                         });
 
 }  // namespace
 }  // namespace orchid

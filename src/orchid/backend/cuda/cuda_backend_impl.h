@@ -34,11 +34,9 @@ namespace orchid::cuda {
 // wait, the expert down rows before the gate/up launch ends: one design, measured as one);
 // ORCHID_FUSED_EXPERT=0 forms SiLU(gate)·up and the weighted residual sum in kernels of their own
 // instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
-// write as three kernels instead of one; ORCHID_GDN_CLUSTER=0 runs the DeltaNet step one block
-// per head instead of a cluster of four.
+// write as three kernels instead of one.
 struct Switches {
   bool graph = true;
-  bool gdn_cluster = true;
   bool dp4a = true;
   bool fused_expert = true;
   bool fused_qk = true;

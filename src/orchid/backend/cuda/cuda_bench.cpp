@@ -136,7 +136,6 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"dp4a", base.dp4a},
                      {"fused_expert", base.fused_expert},
                      {"fused_qk", base.fused_qk},
-                     {"gdn_cluster", base.gdn_cluster},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -177,8 +176,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         {"fused_routing", &cuda::Switches::fused_routing},
         {"dp4a", &cuda::Switches::dp4a},
         {"fused_expert", &cuda::Switches::fused_expert},
-        {"fused_qk", &cuda::Switches::fused_qk},
-        {"gdn_cluster", &cuda::Switches::gdn_cluster}};
+        {"fused_qk", &cuda::Switches::fused_qk}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;

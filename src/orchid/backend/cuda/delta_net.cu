@@ -1,8 +1,8 @@
 // Gated DeltaNet for one token, one block per value head: the causal conv step over a ring of
 // the last K raw inputs + SiLU, q/k L2 norms, β and the decay, the delta-rule update with the
 // head's [dk, dv] state held in registers (thread → one column, a quarter of the rows), and the
-// gated RMSNorm of the output. On Hopper, delta_net_cluster.cu's kernel runs instead (a cluster of
-// blocks per head) unless ORCHID_GDN_CLUSTER=0.
+// gated RMSNorm of the output. (A cluster of four blocks per head, the gated RMSNorm's sum shared
+// through distributed shared memory, measured 5 % slower on the H200: docs/perf-notes.md.)
 #include "orchid/backend/cuda/delta_net_core.cuh"
 
 namespace orchid::cuda {
@@ -95,9 +95,6 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s) {
   if (p.hk <= 0 || p.hv % p.hk != 0) return err("delta net: ", p.hv, " value heads over ", p.hk);
   if (p.K < 1 || p.K > kMaxConvK) return err("delta net: conv kernel of ", p.K, " taps");
   if (2 * p.dk + p.dv > kThreads) return err("delta net: ", 2 * p.dk + p.dv, " channels per head");
-  Expected<bool> done = launch_gdn_step_cluster(p, s);
-  if (!done) return done.error();
-  if (*done) return {};
   return launch("delta net step", gdn_step_kernel, dim3(p.hv), dim3(kThreads), 0, s, p);
 }
 

@@ -1,6 +1,5 @@
-// The DeltaNet step's per-block stages, shared by the block-per-head kernel (delta_net.cu) and
-// the cluster kernel (delta_net_cluster.cu), which differ in how a head's state columns are laid
-// over threads and blocks.
+// The DeltaNet step's per-block stages (delta_net.cu): q/k norms and gates, and the delta rule
+// for a state column whose rows are spread over a few threads.
 #pragma once
 
 #include "orchid/backend/cuda/device_common.cuh"
@@ -74,10 +73,5 @@ __device__ __forceinline__ float gdn_delta_column(float (&s)[ROWS], int grp, int
     for (int g = 0; g < GROUPS; ++g) out += part[g][c];
   return out;
 }
-
-// The step on clusters (delta_net_cluster.cu) for p, validated by launch_gdn_step, which tries it
-// first. False when p is not a launch it takes (switch off, no cluster support, dv not split
-// evenly over the cluster).
-Expected<bool> launch_gdn_step_cluster(const GdnParams& p, cudaStream_t s);
 
 }  // namespace orchid::cuda

@@ -94,7 +94,8 @@ Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
   int rpw =
       rows_per_warp_one_wave(reinterpret_cast<const void*>(kernel), kThreads, smem, total, ROWS);
   if (rpw == 0) return false;
-  static const int min_rpw = std::getenv("ORCHID_UPFRONT_MIN_RPW") ? std::atoi(std::getenv("ORCHID_UPFRONT_MIN_RPW")) : 0;
+  static const int min_rpw =
+      std::getenv("ORCHID_UPFRONT_MIN_RPW") ? std::atoi(std::getenv("ORCHID_UPFRONT_MIN_RPW")) : 0;
   rpw = std::max(rpw, std::min(min_rpw, ROWS));
   const int blocks = (total + kWarps * rpw - 1) / (kWarps * rpw);
   if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), smem, s, p, rpw);

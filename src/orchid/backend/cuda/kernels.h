@@ -179,11 +179,6 @@ struct GdnParams {
 };
 constexpr int kMaxGdnHeadDim = 128;
 Status launch_gdn_step(const GdnParams& p, cudaStream_t s);
-// Whether the step splits each head's state columns over a cluster of blocks (Hopper code;
-// default on: delta_net_cluster.cu) or runs a block per head. Process-wide; the backend sets it
-// from ORCHID_GDN_CLUSTER.
-bool gdn_cluster_enabled();
-void set_gdn_cluster_enabled(bool on);
 
 // Whether decode kernels launch with programmatic dependent launch (default on; the backend
 // sets it from its switch). Process-wide.
