@@ -9,9 +9,7 @@
 // Lab numbers (bench/cuda/gemv_lab.cu, H200, 30 launches back to back, session 4): 12,352 ×
 // 2,048 rows 12.3 µs with gemv.cu's kernel → 8.3 (this layout, fp32 products) → 6.7 (dp4a,
 // x̂ quantised from registers); the loads alone 4.1, the prologue alone 2.1.
-#include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <type_traits>
 
 #include "orchid/backend/cuda/dp4a_q4.cuh"
@@ -91,12 +89,9 @@ template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
   const auto kernel = upfront_gemv_kernel<F, NI, ROWS>;
   const size_t smem = x_quant_smem_bytes(p.cols / 32);
-  int rpw =
+  const int rpw =
       rows_per_warp_one_wave(reinterpret_cast<const void*>(kernel), kThreads, smem, total, ROWS);
   if (rpw == 0) return false;
-  static const int min_rpw =
-      std::getenv("ORCHID_UPFRONT_MIN_RPW") ? std::atoi(std::getenv("ORCHID_UPFRONT_MIN_RPW")) : 0;
-  rpw = std::max(rpw, std::min(min_rpw, ROWS));
   const int blocks = (total + kWarps * rpw - 1) / (kWarps * rpw);
   if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), smem, s, p, rpw);
       !st.ok())
