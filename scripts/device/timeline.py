@@ -30,7 +30,8 @@ rows.sort()
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 names = {r[2] for r in rows}
 last = sys.argv[3] if len(sys.argv) > 3 else next(
-    (k for k in ("stream_gemv_kernel", "mma_gemv_kernel") if k in names), "gemv_kernel")
+    (k for k in ("stream_gemv_kernel", "mma_gemv_kernel") if any(n.startswith(k) for n in names)),
+    "gemv_kernel")
 ends = [i for i, r in enumerate(rows) if r[2].startswith(last)]
 if len(ends) < steps + 1:
     sys.exit(f"only {len(ends)} steps in the trace")

@@ -2,13 +2,15 @@
 // ~270 MB per step): a pure stream, so what matters is bytes in flight and how few memory
 // instructions carry them. Each warp owns rows w, w + W, w + 2W, … (W warps in the grid, so at
 // any moment the grid reads one contiguous stretch of rows) and keeps kDepth of them in flight in
-// registers: a row's slot is refilled with the row kDepth · W further on as soon as its dot
-// product is done. A lane reads two 16-byte units of each row (the warp one 512-byte piece per
-// instruction) and x̂ is quantised once per block for dp4a products (dp4a_q4.cuh). Epilogues:
-// store, or argmax / sampling with the id handed to the next step (finish_argmax).
+// registers: a batch of kDepth rows is multiplied, its slots are refilled with the rows kDepth · W
+// further on, and one transposed shuffle reduction sums the whole batch. A lane reads two 16-byte
+// units of each row (the warp one 512-byte piece per instruction) and x̂ is quantised once per block
+// for dp4a products (dp4a_q4.cuh). Epilogues: store, or argmax / sampling with the id handed to the
+// next step (finish_argmax).
 //
 // The tensor-core kernel (mma_gemv.cu) reads the MLX layout in 8-byte fragments, 8 rows per
-// instruction, and reached 46 % of the read ceiling on the lm_head; ORCHID_DP4A=0 runs it again.
+// instruction, and reached 46 % of the read ceiling on the lm_head (this kernel: ~70 %, 92 µs for
+// 286 MB); ORCHID_DP4A=0 runs it again.
 #include <atomic>
 
 #include "orchid/backend/cuda/dp4a_q4.cuh"
@@ -19,8 +21,35 @@ namespace {
 std::atomic<int> g_stream_min_rows{32768};
 
 constexpr int kThreads = kPickThreads, kWarps = kThreads / 32;
-constexpr int kNi = 2;     // 16-byte units per lane: 32 lanes × 2 × 32 = 2,048 columns
-constexpr int kDepth = 6;  // rows in flight per warp (10 registers each, beside x̂'s 36)
+constexpr int kNi = 2;  // 16-byte units per lane: 32 lanes × 2 × 32 = 2,048 columns
+// Sums each of a warp's D per-lane values over the warp (D a power of two ≤ 32) in
+// D − 1 + log2(32 / D) shuffles instead of 5 D: at each halving step a lane keeps half of its
+// values and adds its partner's copy of them. Afterwards lane ℓ holds in v[0] the sum for value
+// ℓ / (32 / D); returns that index.
+template <int D>
+__device__ __forceinline__ int reduce_rows(float (&v)[D], int lane) {
+  int idx = 0;
+#pragma unroll
+  for (int n = D, o = 16; n > 1; n >>= 1, o >>= 1) {
+    const bool upper = lane & o;
+#pragma unroll
+    for (int k = 0; k < n / 2; ++k) {
+      const float send = upper ? v[k] : v[k + n / 2];
+      const float keep = upper ? v[k + n / 2] : v[k];
+      v[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+    idx = 2 * idx + (upper ? 1 : 0);
+  }
+#pragma unroll
+  for (int o = 16 / D; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+  return idx;
+}
+
+// Rows in flight per warp: 4 (10 registers each beside x̂'s 36; two blocks per SM). Measured on
+// the lm_head (H200, 4K step traces): 4 rows with two blocks per SM 92 µs; 8 rows with one
+// block 108 µs; 8 rows with two blocks or 4 with three spill registers (130 µs); before the
+// batched reduction, 6 rows 96 µs.
+constexpr int kDepth = 4;
 
 __global__ void __launch_bounds__(kThreads, 2)
     stream_gemv_kernel(const __grid_constant__ GemvParams p) {
@@ -35,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const GemvTask& tk = p.task[0];
   const int rows = tk.m.rows;
 
-  RowUnits<kNi> w[kDepth];
+  RowUnits<kNi> w[kDepth] = {};  // slots past the last row keep stale values (never stored)
 #pragma unroll
   for (int i = 0; i < kDepth; ++i)
     if (first + i * warps < rows)
@@ -52,21 +81,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   float best_v = -INFINITY;
   int best_i = 0x7fffffff;
   for (int base = first; base < rows; base += kDepth * warps) {
+    // The batch's dot products first (independent chains the compiler interleaves), then the
+    // refills, then one transposed reduction for the whole batch.
+    float v[kDepth];
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) v[i] = partial_dot_dp4a<kNi>(w[i], q);
 #pragma unroll
     for (int i = 0; i < kDepth; ++i) {
-      const int row = base + i * warps;
-      if (row >= rows) break;  // uniform over the warp
-      const float v = warp_sum(partial_dot_dp4a<kNi>(w[i], q));
-      if (row + kDepth * warps < rows)
-        load_units<DevFormat::q4, kNi>(tk.m, row + kDepth * warps, lane, 32, w[i]);
-      if (lane != 0) continue;
-      if (!argmax) {
-        tk.y[row] = tk.add ? tk.add[row] + v : v;
-      } else {
-        if (tk.y) tk.y[row] = v;
-        const float key = pick_key(p, key_base, v, row);
-        if (better(key, row, best_v, best_i)) best_v = key, best_i = row;
-      }
+      const int next = base + (kDepth + i) * warps;
+      if (next < rows) load_units<DevFormat::q4, kNi>(tk.m, next, lane, 32, w[i]);
+    }
+    const int i = reduce_rows<kDepth>(v, lane);  // lane's row in the batch; v[0] its sum
+    const int row = base + i * warps;
+    if ((lane & (32 / kDepth - 1)) != 0 || row >= rows) continue;
+    if (!argmax) {
+      tk.y[row] = tk.add ? tk.add[row] + v[0] : v[0];
+    } else {
+      if (tk.y) tk.y[row] = v[0];
+      const float key = pick_key(p, key_base, v[0], row);
+      if (better(key, row, best_v, best_i)) best_v = key, best_i = row;
     }
   }
   if (argmax) finish_argmax(p, best_v, best_i);
@@ -86,13 +119,12 @@ Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s) {
   if (!dp4a_enabled() || p.n_task != 1 || m.fmt != DevFormat::q4 || m.group != 64 ||
       m.units != 32 * kNi || m.rows < stream_min_rows())
     return false;
+  const auto kernel = stream_gemv_kernel;
   const size_t smem = x_quant_smem_bytes(m.units);
-  const int fit = sm_count() * resident_blocks(reinterpret_cast<const void*>(stream_gemv_kernel),
-                                               kThreads, smem);
+  const int fit =
+      sm_count() * resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem);
   const int blocks = std::max(1, std::min(fit, gemv_blocks(p)));
-  if (Status st =
-          launch("stream gemv", stream_gemv_kernel, dim3(blocks), dim3(kThreads), smem, s, p);
-      !st.ok())
+  if (Status st = launch("stream gemv", kernel, dim3(blocks), dim3(kThreads), smem, s, p); !st.ok())
     return st.error();
   return true;
 }
