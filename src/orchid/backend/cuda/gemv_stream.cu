@@ -22,29 +22,6 @@ std::atomic<int> g_stream_min_rows{32768};
 
 constexpr int kThreads = kPickThreads, kWarps = kThreads / 32;
 constexpr int kNi = 2;  // 16-byte units per lane: 32 lanes × 2 × 32 = 2,048 columns
-// Sums each of a warp's D per-lane values over the warp (D a power of two ≤ 32) in
-// D − 1 + log2(32 / D) shuffles instead of 5 D: at each halving step a lane keeps half of its
-// values and adds its partner's copy of them. Afterwards lane ℓ holds in v[0] the sum for value
-// ℓ / (32 / D); returns that index.
-template <int D>
-__device__ __forceinline__ int reduce_rows(float (&v)[D], int lane) {
-  int idx = 0;
-#pragma unroll
-  for (int n = D, o = 16; n > 1; n >>= 1, o >>= 1) {
-    const bool upper = lane & o;
-#pragma unroll
-    for (int k = 0; k < n / 2; ++k) {
-      const float send = upper ? v[k] : v[k + n / 2];
-      const float keep = upper ? v[k + n / 2] : v[k];
-      v[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
-    idx = 2 * idx + (upper ? 1 : 0);
-  }
-#pragma unroll
-  for (int o = 16 / D; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
-  return idx;
-}
-
 // Rows in flight per warp: 4 (10 registers each beside x̂'s 36; two blocks per SM). Measured on
 // the lm_head (H200, 4K step traces): 4 rows with two blocks per SM 92 µs; 8 rows with one
 // block 108 µs; 8 rows with two blocks or 4 with three spill registers (130 µs); before the

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     return t;
   };
   const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * rpw;
-  RowUnits<NI> w[ROWS];
+  RowUnits<NI> w[ROWS] = {};  // rows past rpw or the end stay zero (their sums are dropped)
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     const int rr = r0 + i;
@@ -67,20 +67,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
   else
     load_x_quant8<NI>(xq, xd, xw, units, sg.sl, 32, q);
+  // Every row's partial first (independent chains), then one transposed reduction for all.
+  float acc[ROWS];
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
-    const int rr = r0 + i;
-    if (i >= rpw || rr >= total) break;
-    float acc;
     if constexpr (F == DevFormat::q4)
-      acc = warp_sum(partial_dot_dp4a<NI>(w[i], q));
+      acc[i] = i < rpw ? partial_dot_dp4a<NI>(w[i], q) : 0.f;
     else
-      acc = warp_sum(partial_dot_dp4a8<NI>(w[i], q));
-    if (sg.sl == 0) {
-      const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
-      const GemvTask& tk = p.task[t];
-      tk.y[row] = tk.add ? tk.add[row] + acc : acc;
-    }
+      acc[i] = i < rpw ? partial_dot_dp4a8<NI>(w[i], q) : 0.f;
+  }
+  const int i = reduce_rows<ROWS>(acc, sg.sl);
+  const int rr = r0 + i;
+  if ((sg.sl & (32 / ROWS - 1)) == 0 && i < rpw && rr < total) {
+    const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
+    const GemvTask& tk = p.task[t];
+    tk.y[row] = tk.add ? tk.add[row] + acc[0] : acc[0];
   }
 }
 

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (blockIdx.x == 0) grid_dep_release();
   const int total = p.n_slot * p.n_ff;
   const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
-  RowUnits<NI> g[PAIRS], u[PAIRS];
+  RowUnits<NI> g[PAIRS] = {}, u[PAIRS] = {};  // pairs past ppw or the end stay zero
 #pragma unroll
   for (int i = 0; i < PAIRS; ++i) {
     const int r = r0 + i;
@@ -54,14 +54,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     load_units<F, NI>(p.gate, row, sg.sl, 32, g[i]);
     load_units<F, NI>(p.up, row, sg.sl, 32, u[i]);
   }
+  // Gate and up partials of every pair (value 2i, 2i + 1; zero-padded to kSums), then one
+  // transposed reduction: pair i's gate sum lands in lanes 8i…, its up sum in lanes 8i + 4….
+  constexpr int kSums = 2 * PAIRS <= 4 ? 4 : 8;
+  static_assert(2 * PAIRS <= 8);
+  float v[kSums];
 #pragma unroll
-  for (int i = 0; i < PAIRS; ++i) {
-    const int r = r0 + i;
-    if (i >= ppw || r >= total) break;
-    const float gv = warp_sum(partial_dot_dp4a<NI>(g[i], q));
-    const float uv = warp_sum(partial_dot_dp4a<NI>(u[i], q));
-    if (sg.sl == 0) store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, gv, uv);
+  for (int i = 0; i < kSums / 2; ++i) {
+    v[2 * i] = i < PAIRS && i < ppw ? partial_dot_dp4a<NI>(g[min(i, PAIRS - 1)], q) : 0.f;
+    v[2 * i + 1] = i < PAIRS && i < ppw ? partial_dot_dp4a<NI>(u[min(i, PAIRS - 1)], q) : 0.f;
   }
+  const int idx = reduce_rows<kSums>(v, sg.sl);
+  const float up = __shfl_down_sync(0xffffffffu, v[0], 32 / kSums);
+  const int i = idx / 2, r = r0 + i;
+  if (sg.sl % (64 / kSums) == 0 && i < ppw && r < total)
+    store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, v[0], up);
 }
 
 // Block: one warp per slot of the launch, kDownRows output rows; each half warp takes every
