@@ -144,15 +144,16 @@ __device__ __forceinline__ float subgroup_sum(float v, int lpr, unsigned mask) {
   return v;
 }
 
-// Sums each of a warp's D per-lane values over the warp (D a power of two ≤ 32) in
-// D − 1 + log2(32 / D) shuffles instead of 5 D: at each halving step a lane keeps half of its
-// values and adds its partner's copy of them. Afterwards lane ℓ holds in v[0] the sum for value
-// ℓ / (32 / D); returns that index.
-template <int D>
+// Sums each of D per-lane values over aligned groups of W lanes (D, W powers of two, D ≤ W ≤ 32;
+// lane = the lane's index in its group) in D − 1 + log2(W / D) shuffles instead of D log2 W: at
+// each halving step a lane keeps half of its values and adds its partner's copy of them.
+// Afterwards lane ℓ holds in v[0] the sum for value ℓ / (W / D); returns that index.
+template <int D, int W = 32>
 __device__ __forceinline__ int reduce_rows(float (&v)[D], int lane) {
+  static_assert(D <= W && W <= 32);
   int idx = 0;
 #pragma unroll
-  for (int n = D, o = 16; n > 1; n >>= 1, o >>= 1) {
+  for (int n = D, o = W / 2; n > 1; n >>= 1, o >>= 1) {
     const bool upper = lane & o;
 #pragma unroll
     for (int k = 0; k < n / 2; ++k) {
@@ -163,7 +164,7 @@ __device__ __forceinline__ int reduce_rows(float (&v)[D], int lane) {
     idx = 2 * idx + (upper ? 1 : 0);
   }
 #pragma unroll
-  for (int o = 16 / D; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+  for (int o = W / 2 / D; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
   return idx;
 }
 

@@ -109,13 +109,14 @@ __global__ void __launch_bounds__(32 * 32)
   __syncwarp();
   XQuant<1> q;
   load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
+  // The half warp's 4 rows' partials, then one transposed reduction over its 16 lanes
+  // (5 shuffles instead of 16): row sub + 2k lands in lanes 4k… of the half warp.
+  float acc[kDownRows / 2];
 #pragma unroll
-  for (int k = 0; k < kDownRows / 2; ++k) {
-    const int kk = sg.sub + 2 * k;
-    float acc = r0 + kk < p.n_embd ? partial_dot_dp4a<1>(rows[k], q) : 0.f;
-    acc = subgroup_sum(acc, 16, sg.mask);
-    if (sg.sl == 0) part[w][kk] = acc;
-  }
+  for (int k = 0; k < kDownRows / 2; ++k)
+    acc[k] = r0 + sg.sub + 2 * k < p.n_embd ? partial_dot_dp4a<1>(rows[k], q) : 0.f;
+  const int k = reduce_rows<kDownRows / 2, 16>(acc, sg.sl);
+  if (sg.sl % (16 / (kDownRows / 2)) == 0) part[w][sg.sub + 2 * k] = acc[0];
   __syncthreads();
   store_down<kDownRows>(p, r0, part);
 }
