@@ -352,28 +352,32 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const uint16_t* kcache = p.kc + size_t(g) * HD;
   const uint16_t* vcache = p.vc + size_t(g) * HD;
 
-  // Warp w takes stages (kStage keys) w, w + kAttnWarps, … of the block's range. Rows of stage s
-  // into the warp's stage memory as one cp.async group: all of them, or only those before the
-  // newest key, or only the newest (rows past the last key repeat it; they are masked).
-  enum Rows { kAll, kStable, kNewest };
-  auto stage_rows = [&](const uint16_t* cache, uint16_t* dst, int j0, Rows which) {
+  // Warp w takes stages (kStage keys) w, w + kAttnWarps, … of the block's range. Rows
+  // [r_begin, r_end) of the stage at key j0 into the warp's stage memory as one cp.async group;
+  // rows past the last key repeat it (they are masked). Lane ℓ copies 16-byte chunks ℓ, ℓ + 32,
+  // … of each row (a row is HD / 8 chunks), walking rows by pointer increments.
+  auto stage_rows = [&](const uint16_t* cache, uint16_t* dst, int j0, int r_begin, int r_end) {
+    static_assert(HD / 8 <= 32 || (HD / 8) % 32 == 0);
+    const int row0 = min(j0 + r_begin, n_keys - 1);
+    const uint16_t* src = cache + size_t(row0) * row_stride;
+    uint16_t* d = dst + r_begin * RS;
+    for (int r = r_begin; r < r_end; ++r, d += RS) {
 #pragma unroll
-    for (int c = lane; c < kStage * (HD / 8); c += 32) {
-      const int r = c / (HD / 8), ch = c % (HD / 8);
-      const int row = min(j0 + r, n_keys - 1);
-      if (which == kAll || (which == kNewest) == (row == n_keys - 1))
-        cp_async16(dst + r * RS + 8 * ch, cache + size_t(row) * row_stride + 8 * ch);
+      for (int ch = lane; ch < HD / 8; ch += 32) cp_async16(d + 8 * ch, src + 8 * ch);
+      if (j0 + r + 1 < n_keys) src += row_stride;  // past the last key: stay on it
     }
     cp_async_commit();
   };
+  // Rows of a stage before the newest key (the q/k kernel writes the newest one).
+  auto stable_rows = [&](int j0) { return max(0, min(kStage, n_keys - 1 - j0)); };
   const int s_end = min(t_end * (kTile / kStage), (n_keys + kStage - 1) / kStage);
   int s = t_begin * (kTile / kStage) + warp;
   // Every key but the newest (which the q/k kernel before this one writes) is in the cache
   // already: the warp's first stage is requested before the wait, so its memory round trip
   // overlaps the previous kernels (at 4K context that is all of a warp's keys).
   if (s < s_end) {
-    stage_rows(kcache, sk, s * kStage, kStable);
-    stage_rows(vcache, sv, s * kStage, kStable);
+    stage_rows(kcache, sk, s * kStage, 0, stable_rows(s * kStage));
+    stage_rows(vcache, sv, s * kStage, 0, stable_rows(s * kStage));
   }
   grid_dep_wait();
   grid_dep_release();
@@ -408,9 +412,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const int j0 = s * kStage;
     // The first stage's newest-key rows, or a whole later stage: K then V, so that after
     // the wait below at most the last V group is in flight.
-    if (!first) __syncwarp();  // the previous stage's reads are done
-    stage_rows(kcache, sk, j0, first ? kNewest : kAll);
-    stage_rows(vcache, sv, j0, first ? kNewest : kAll);
+    if (!first) __syncwarp();                         // the previous stage's reads are done
+    const int r_begin = first ? stable_rows(j0) : 0;  // the first stage: what is left of it
+    stage_rows(kcache, sk, j0, r_begin, kStage);
+    stage_rows(vcache, sv, j0, r_begin, kStage);
     cp_async_wait<1>();  // K is in
     __syncwarp();
     float c[kStageNt][4] = {};

@@ -15,7 +15,7 @@ constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kMaxGdnHeadDim];
   __shared__ float part[kQuarters][kMaxGdnHeadDim];
-  __shared__ float scratch[32];
+  __shared__ float scratch[64];
   const int j = blockIdx.x, ratio = p.hv / p.hk, kh = j / ratio;
   const int dk = p.dk, dv = p.dv, K = p.K;
   const int key_dim = p.hk * dk;

@@ -10,15 +10,15 @@ constexpr int kMaxConvK = 8;  // conv taps the kernels handle
 
 // q and k (dk each, in shared memory) L2-normalised in place (eps 1e-6 on the sum), q also scaled
 // by 1/√dk, by the whole block; β = sigmoid(b) and the decay exp(−exp(A) · softplus(a + dt_bias)).
-// Ends with a barrier.
+// `scratch`: 64 floats. Ends with a barrier.
 __device__ __forceinline__ void gdn_norms_and_gates(int dk, float b, float a, float A,
                                                     float dt_bias, float* qs, float* ks,
                                                     float* scratch, float& beta, float& decay) {
   const int tid = threadIdx.x;
   const float qv = tid < dk ? qs[tid] : 0.f;
   const float kv = tid < dk ? ks[tid] : 0.f;
-  const float q_ss = block_sum(qv * qv, scratch);
-  const float k_ss = block_sum(kv * kv, scratch);
+  const float2 ss = block_sum2(make_float2(qv * qv, kv * kv), scratch);
+  const float q_ss = ss.x, k_ss = ss.y;
   if (tid < dk) {
     qs[tid] = qv * rsqrtf(q_ss + 1e-6f) * rsqrtf(float(dk));
     ks[tid] = kv * rsqrtf(k_ss + 1e-6f);

@@ -92,6 +92,18 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+// Two sums over the block at once (one pair of barriers); every thread gets both. `scratch`
+// holds 64 floats.
+__device__ __forceinline__ float2 block_sum2(float2 v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
+  v.x = warp_sum(v.x), v.y = warp_sum(v.y);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v.x, scratch[32 + warp] = v.y;
+  __syncthreads();
+  return make_float2(warp_sum(lane < n_warp ? scratch[lane] : 0.f),
+                     warp_sum(lane < n_warp ? scratch[32 + lane] : 0.f));
+}
+
 __device__ __forceinline__ float silu(float x) {
   return x / (1.f + expf(-x));
 }
