@@ -1,5 +1,6 @@
 // Chart layout: per panel a frame, log2 x ticks at the powers of two the data spans, y ticks at a
-// 1-2-5 step over [0, max], the series as polylines with dots, a legend in the top left corner.
+// 1-2-5 step over [0, max] with room above the data for the legend in the top left corner, the
+// series as polylines with dots.
 #include "orchid/util/chart.h"
 
 #include <algorithm>
@@ -29,8 +30,13 @@ void lay_out_panel(const Chart& c, double ox, Drawing& d) {
       x_lo = std::min(x_lo, x), x_hi = std::max(x_hi, x), y_hi = std::max(y_hi, y);
   const double lx0 = std::floor(std::log2(x_lo)),
                lx1 = std::max(std::ceil(std::log2(x_hi)), lx0 + 1);
-  const double step = nice_step(y_hi * 1.08, 6), y_top = step * std::ceil(y_hi * 1.08 / step);
   const double px0 = ox + kLeft, px1 = ox + kPanelW - kRight, py0 = kPanelH - kBottom, py1 = kTop;
+  // Headroom: 8 %, and the legend's rows (20 px each from the top) clear of the highest point.
+  const int rows = int(std::count_if(c.series.begin(), c.series.end(),
+                                     [](const ChartSeries& s) { return !s.points.empty(); }));
+  const double legend = std::min(0.6, (20.0 * rows + 12) / (py0 - py1));
+  const double want = std::max(y_hi * 1.08, y_hi / (1 - legend));
+  const double step = nice_step(want, 6), y_top = step * std::ceil(want / step);
   auto X = [&](double x) { return px0 + (std::log2(x) - lx0) / (lx1 - lx0) * (px1 - px0); };
   auto Y = [&](double y) { return py0 - y / y_top * (py0 - py1); };
 
