@@ -1,6 +1,8 @@
 // The whole model on the CUDA backend against the golden fixtures (HF transformers fp32): logits
 // rel. L2 ≤ 1e-2 at every position, or at most HF's own bf16 error at that position where that
-// is larger (golden.json's bf16_rel_l2: the bf16 noise floor); teacher-forced top-1 agreement with
+// is larger (golden.json's bf16_rel_l2: the bf16 noise floor), or else explained by the bf16 KV
+// cache (the CPU backend with a bf16 KV cache is above 1e-2 there too, and CUDA is within 1e-2
+// of it); teacher-forced top-1 agreement with
 // HF fp32 at least HF's own bf16 agreement (golden.json's top1_bf16 vs top1_fp32, the bf16 noise
 // floor); greedy decode on the device after a CUDA prefill equal to the CPU's wherever the CPU's
 // top-2 margin exceeds the measured noise; on-device decoding equal to host-side greedy on the same
@@ -55,6 +57,7 @@ class CudaGolden : public ::testing::TestWithParam<Case> {
     ASSERT_TRUE(b.ok()) << b.message();
     cuda_ = std::move(*b);
     cpu_ = make_cpu_backend(*model_);
+    cpu_kv_bf16_ = make_cpu_backend(*model_, {.kv = KvPrecision::bf16});
   }
   std::vector<int32_t> prompt(int i) const {
     return golden_["prompts"][i].get<std::vector<int32_t>>();
@@ -70,6 +73,7 @@ class CudaGolden : public ::testing::TestWithParam<Case> {
   nlohmann::json golden_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Backend> cuda_, cpu_;
+  std::unique_ptr<Backend> cpu_kv_bf16_;  // the CPU reference with CUDA's KV cache precision
 };
 
 TEST_P(CudaGolden, LogitsAndTop1AgainstHf) {
@@ -81,25 +85,44 @@ TEST_P(CudaGolden, LogitsAndTop1AgainstHf) {
                             golden_["layouts"][GetParam().layout]["logits"][p].get<std::string>());
     ASSERT_TRUE(ref.ok()) << ref.message();
     auto got = logits_all(*cuda_, ids);
+    auto kv16 = logits_all(*cpu_kv_bf16_, ids);
     double worst = 0;
     int agree = 0;
     std::vector<double> floor_l2(ids.size(), 0.0);
     if (lay.contains("bf16_rel_l2")) floor_l2 = lay["bf16_rel_l2"][p].get<std::vector<double>>();
     ASSERT_EQ(floor_l2.size(), ids.size());
-    int above_1e2 = 0;
+    int above_1e2 = 0, above_bar = 0, explained = 0;
+    double worst_vs_kv16 = 0;
     for (size_t t = 0; t < ids.size(); ++t) {
-      const double e = rel_l2(got.data() + t * V, ref->data.data() + t * V, V);
+      const float *g = got.data() + t * V, *r = ref->data.data() + t * V;
+      const double e = rel_l2(g, r, V);
+      const double vs_kv16 = rel_l2(g, kv16.data() + t * V, V);
       worst = std::max(worst, e);
+      worst_vs_kv16 = std::max(worst_vs_kv16, vs_kv16);
       above_1e2 += e > 1e-2;
-      EXPECT_LE(e, std::max(1e-2, floor_l2[t]))
-          << "prompt " << p << " position " << t << " (HF bf16 there: " << floor_l2[t] << ")";
-      agree += argmax(got.data() + t * V, V) == argmax(ref->data.data() + t * V, V);
+      agree += argmax(g, V) == argmax(r, V);
+      if (e <= std::max(1e-2, floor_l2[t])) continue;
+      // Above the bar: acceptable only as the bf16 KV cache's doing. Rounding K/V to bf16 can
+      // flip a near-tie in the MoE routing, which moves the logits far beyond 1e-2; the CPU
+      // backend with the same KV precision must then (1) itself be above 1e-2 against HF here,
+      // so the excursion exists without CUDA, and (2) agree with CUDA within the usual 1e-2,
+      // so CUDA adds nothing of its own.
+      ++above_bar;
+      const double kv16_vs_hf = rel_l2(kv16.data() + t * V, r, V);
+      const bool ok = kv16_vs_hf > 1e-2 && vs_kv16 <= 1e-2;
+      explained += ok;
+      EXPECT_TRUE(ok) << "prompt " << p << " position " << t << ": rel L2 " << e
+                      << " (HF bf16 there: " << floor_l2[t]
+                      << "); CPU with bf16 KV vs HF: " << kv16_vs_hf << " (must be > 1e-2), CUDA "
+                      << "vs CPU with bf16 KV: " << vs_kv16 << " (must be <= 1e-2)";
     }
     const double agreement = double(agree) / double(ids.size());
     std::printf(
-        "[ cuda golden ] %s/%s prompt %d: worst rel L2 %.2e (%d positions above 1e-2), "
-        "top-1 agreement %.4f",
-        GetParam().config.c_str(), GetParam().layout.c_str(), p, worst, above_1e2, agreement);
+        "[ cuda golden ] %s/%s prompt %d: worst rel L2 %.2e (%d positions above 1e-2, %d above "
+        "the bar, %d of them reproduced by the CPU with a bf16 KV cache; CUDA vs that CPU: worst "
+        "%.2e), top-1 agreement %.4f",
+        GetParam().config.c_str(), GetParam().layout.c_str(), p, worst, above_1e2, above_bar,
+        explained, worst_vs_kv16, agreement);
     // HF's own bf16 run against HF fp32 on the same positions.
     const auto f32 = lay["top1_fp32"][p].get<std::vector<int32_t>>();
     const auto b16 = lay["top1_bf16"][p].get<std::vector<int32_t>>();

@@ -9,7 +9,9 @@ namespace orchid {
 
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model,
                                                 std::string* note) {
-  if (name == "cpu") return make_cpu_backend(model);
+  auto cpu = cpu_options_from_env();
+  if (!cpu) return cpu.error();
+  if (name == "cpu") return make_cpu_backend(model, *cpu);
   if (name != "cuda" && name != "auto")
     return err("unknown backend '", name, "' (expected cpu, cuda or auto)");
 #ifdef ORCHID_HAVE_CUDA
@@ -22,13 +24,13 @@ Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const M
     }
     if (name == "cuda") return b.error();
     if (note) *note = "cuda backend unavailable (" + b.message() + "); using the cpu backend";
-    return make_cpu_backend(model);
+    return make_cpu_backend(model, *cpu);
   }
   if (name == "cuda") return err("--backend cuda: ", usable.message());
-  return make_cpu_backend(model);
+  return make_cpu_backend(model, *cpu);
 #else
   if (name == "cuda") return err("--backend cuda: this build of orchid has no CUDA backend");
-  return make_cpu_backend(model);
+  return make_cpu_backend(model, *cpu);
 #endif
 }
 

@@ -6,6 +6,7 @@
 
 #include "orchid/backend/cpu/cpu_layers.h"
 #include "orchid/backend/cpu/ops.h"
+#include "orchid/util/bf16.h"
 #include "orchid/util/thread_pool.h"
 
 namespace orchid::cpu {
@@ -54,8 +55,14 @@ void attention_forward(const ModelConfig& c, const AttentionWeights& w, CpuState
       rope(k, c.n_rot, c.rope_theta, pos0 + t);
     }
   }
-  std::copy(kk.begin(), kk.end(), kc.begin() + pos0 * nkv * hd);
-  std::copy(vv.begin(), vv.end(), vc.begin() + pos0 * nkv * hd);
+  if (st.kv_bf16) {
+    // Emulates the CUDA cache's precision (bf16, nearest even); storage stays fp32.
+    std::transform(kk.begin(), kk.end(), kc.begin() + pos0 * nkv * hd, round_bf16);
+    std::transform(vv.begin(), vv.end(), vc.begin() + pos0 * nkv * hd, round_bf16);
+  } else {
+    std::copy(kk.begin(), kk.end(), kc.begin() + pos0 * nkv * hd);
+    std::copy(vv.begin(), vv.end(), vc.begin() + pos0 * nkv * hd);
+  }
 
   // o[t, h*hd + d]: attention output per head, then gated by sigmoid(gate).
   std::vector<float> o(T * nh * hd);

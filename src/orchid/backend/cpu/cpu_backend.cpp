@@ -3,6 +3,8 @@
 #include "orchid/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "orchid/backend/cpu/cpu_layers.h"
 #include "orchid/backend/cpu/ops.h"
@@ -23,7 +25,7 @@ constexpr int64_t kDefaultChunk = 256;  // tokens per prefill chunk: bounds scra
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const Model& m) : m_(m), c_(m.config) {}
+  CpuBackend(const Model& m, const CpuOptions& opts) : m_(m), c_(m.config), opts_(opts) {}
 
   std::string name() const override { return "cpu"; }
   int64_t n_vocab() const override { return c_.n_vocab; }
@@ -32,6 +34,7 @@ class CpuBackend final : public Backend {
     if (max_tokens <= 0) return err("state size must be positive, got ", max_tokens);
     auto st = std::make_unique<CpuState>();
     st->capacity_ = max_tokens;
+    st->kv_bf16 = opts_.kv == KvPrecision::bf16;
     const size_t L = size_t(c_.n_layer);
     st->conv.resize(L);
     st->rec.resize(L);
@@ -142,13 +145,24 @@ class CpuBackend final : public Backend {
 
   const Model& m_;
   const ModelConfig& c_;
+  const CpuOptions opts_;
 };
 
 }  // namespace
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend(const Model& model) {
-  return std::make_unique<cpu::CpuBackend>(model);
+Expected<CpuOptions> cpu_options_from_env() {
+  CpuOptions o;
+  const char* v = std::getenv("ORCHID_CPU_KV");
+  if (!v || std::string_view(v) == "fp32") return o;
+  if (std::string_view(v) != "bf16")
+    return err("ORCHID_CPU_KV: expected fp32 or bf16, got '", v, "'");
+  o.kv = KvPrecision::bf16;
+  return o;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const CpuOptions& opts) {
+  return std::make_unique<cpu::CpuBackend>(model, opts);
 }
 
 }  // namespace orchid

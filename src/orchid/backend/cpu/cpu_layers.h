@@ -13,6 +13,7 @@ namespace orchid::cpu {
 struct CpuState final : BackendState {
   int64_t n_past_ = 0;
   int64_t capacity_ = 0;
+  bool kv_bf16 = false;  // K/V rounded to bf16 entering the cache (CpuOptions::kv)
   // Per layer index; empty for layers of the other kind.
   std::vector<std::vector<float>> conv;  // linear: [conv_dim, conv_kernel - 1] last raw inputs
   std::vector<std::vector<float>> rec;   // linear: [n_head_v, head_dim_k, head_dim_v] fp32
