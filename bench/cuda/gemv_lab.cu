@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ float scratch[32];
   grid_dep_wait();
   grid_dep_release();
-  stage_x_quant(x, cols, norm, 1e-6f, xq, xd, scratch);
+  stage_x_quant(x, cols, norm, 1e-6f, xq, xd, nullptr, scratch);
   if (threadIdx.x == 0) y[blockIdx.x] = xd[threadIdx.x % units].x;
 }
 

@@ -4,9 +4,8 @@
 // Bound: |got − ref| ≤ 1e-4 · Σ|w·x| + 1e-6 per output. CUDA cores: fp32 sums of exact products.
 // Tensor cores (q4): x̂ rounded to fp16 (relative ≤ 2⁻¹¹ per element, independent), so the
 // expected error is ~1.4e-4 · √Σ(w·x)², below 2e-5 · Σ|w·x| from 128 columns up.
-// dp4a (q4; only where the kernel runs): each x̂ element off by ≤ its group's max|x̂| / 64,516,
-// so the bound adds Σ|scale · code_c| · gmax(c) / 64,516 (a worst case). q8 rows of 2,048 (the
-// router's kernel, each warp normalising x̂ itself) have fp32 products: the plain bound.
+// dp4a (q4, q8; only where the kernel runs): each x̂ element off by ≤ its group's max|x̂| /
+// 64,516, so the bound adds Σ|scale · code_c| · gmax(c) / 64,516 (a worst case).
 #include <algorithm>
 #include <cmath>
 
@@ -24,10 +23,12 @@ using test::DeviceMatrix;
 using test::HostMatrix;
 using test::x_hat;
 
-// Whether launch_gemv gives matrices like h to a dp4a kernel on `path` (its dispatch rule: q4
-// rows of 2,048 or 4,096 columns unless the tensor cores take them).
+// Whether launch_gemv gives matrices like h to the dp4a kernel on `path` (its dispatch rule:
+// q4 rows of 2,048 or 4,096 columns unless the tensor cores take them, q8 rows of 2,048).
 bool dp4a_takes(const HostMatrix& h, test::KernelPath path) {
-  return path.dp4a && h.fmt == DevFormat::q4 && !path.mma && (h.cols == 2048 || h.cols == 4096);
+  if (!path.dp4a) return false;
+  if (h.fmt == DevFormat::q4) return !path.mma && (h.cols == 2048 || h.cols == 4096);
+  return h.fmt == DevFormat::q8 && h.cols == 2048;
 }
 
 void expect_close(const HostMatrix& h, const std::vector<double>& xh, const std::vector<float>& got,

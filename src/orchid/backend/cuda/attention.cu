@@ -511,54 +511,43 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
 // Merges the per-range partials of every (KV head, group head) and applies the output gate.
 // Grid: n_head_kv * group blocks; block: kCombineParts × hd threads — part q of each output dim
-// merges every kCombineParts-th range with its own running max (branch-free, so loads stay in
-// flight; one round trip for (max, sum) and partials alike), then the parts merge in shared
-// memory.
+// sums every kCombineParts-th range (branch-free, so loads stay in flight), then the parts are
+// added in shared memory.
 constexpr int kCombineParts = 4;
 
 __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, int group) {
-  __shared__ float s_m[kCombineParts][kMaxHeadDim], s_ls[kCombineParts][kMaxHeadDim],
-      s_a[kCombineParts][kMaxHeadDim];
-  const int g = blockIdx.x / group, h = blockIdx.x % group, hd = p.hd, n_split = p.n_split;
-  const int hd_r = blockDim.x / kCombineParts, d = threadIdx.x % hd_r, q = threadIdx.x / hd_r;
-  const int head = g * group + h;
-  // The output gate before the wait: the q/k kernel that wrote it finished before the attention
-  // launch let this one start.
-  const float gate = q == 0 && d < hd ? p.qg[size_t(head) * 2 * hd + hd + d] : 0.f;
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && *p.halt) return;
+  __shared__ float s_mx[32], s_ls[kCombineParts][kMaxHeadDim], s_a[kCombineParts][kMaxHeadDim];
+  const int g = blockIdx.x / group, h = blockIdx.x % group, hd = p.hd, n_split = p.n_split;
+  const int hd_r = blockDim.x / kCombineParts, d = threadIdx.x % hd_r, q = threadIdx.x / hd_r;
   const float* ml = p.part_ml + (size_t(g) * n_split * group + h) * 2;  // range s at s·group·2
-  // Part q of dim d: ranges q, q + kCombineParts, … merged with their own running max, so every
-  // range's (max, sum) and partial are loaded in one round trip; the parts merge below.
-  float m = -INFINITY, ls = 0.f, a = 0.f;
+  // Max over ranges, by the whole block.
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < n_split; s += blockDim.x) mx = fmaxf(mx, ml[size_t(s) * group * 2]);
+  mx = warp_max(mx);
+  if ((threadIdx.x & 31) == 0) s_mx[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = -INFINITY;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, s_mx[w]);
+  float ls = 0.f, a = 0.f;
   if (d < hd) {
 #pragma unroll 8
     for (int s = q; s < n_split; s += kCombineParts) {
       const size_t slot = (size_t(g) * n_split + s) * group + h;
-      const float ms = ml[size_t(s) * group * 2], l = ml[size_t(s) * group * 2 + 1];
-      const float acc = p.part_acc[slot * hd + d];
-      // Selects, not branches (the loads stay in flight): an empty range (max -inf) weighs 0,
-      // and so does the running sum before the first non-empty one.
-      const float m_new = fmaxf(m, ms);
-      const float c = m == -INFINITY ? 0.f : expf(m - m_new);
-      const float f = ms == -INFINITY ? 0.f : expf(ms - m_new);
-      ls = fmaf(ls, c, l * f);
-      a = fmaf(a, c, acc * f);
-      m = m_new;
+      const float f = expf(ml[size_t(s) * group * 2] - mx);  // 0 for empty ranges (-inf)
+      ls = fmaf(ml[size_t(s) * group * 2 + 1], f, ls);
+      a = fmaf(p.part_acc[slot * hd + d], f, a);
     }
   }
-  s_m[q][d] = m, s_ls[q][d] = ls, s_a[q][d] = a;
+  s_ls[q][d] = ls;
+  s_a[q][d] = a;
   __syncthreads();
   if (q != 0 || d >= hd) return;
-  float mx = m;
-  for (int k = 1; k < kCombineParts; ++k) mx = fmaxf(mx, s_m[k][d]);
-  ls = 0.f, a = 0.f;
-  for (int k = 0; k < kCombineParts; ++k) {
-    const float f = s_m[k][d] == -INFINITY ? 0.f : expf(s_m[k][d] - mx);
-    ls = fmaf(s_ls[k][d], f, ls);
-    a = fmaf(s_a[k][d], f, a);
-  }
+  for (int k = 1; k < kCombineParts; ++k) ls += s_ls[k][d], a += s_a[k][d];
+  const int head = g * group + h;
+  const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
   p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
 }
 

@@ -163,10 +163,6 @@ Status launch_gemv(const GemvParams& p, cudaStream_t s) {
     if (!done) return done.error();
     if (*done) return {};
   }
-  if (Expected<bool> done = launch_router_gemv(p, s); !done)
-    return done.error();
-  else if (*done)
-    return {};
   Expected<bool> done = launch_upfront_gemv(p, s);
   if (!done) return done.error();
   if (*done) return {};

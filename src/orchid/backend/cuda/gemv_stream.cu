@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && *p.halt) return;
-  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, scratch);
+  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, nullptr, scratch);
   XQuant<kNi> q;
   load_x_quant<kNi>(xq, xd, units, lane, 32, q);
 

@@ -1,5 +1,5 @@
-// Batch-1 GEMV for q4 (group 64) rows of 2,048 or 4,096 columns (the layers' projections), store
-// epilogue (the q8 router has gemv_router.cu): each warp owns a few consecutive rows and requests
+// Batch-1 GEMV for q4 (group 64) rows of 2,048 or 4,096 columns (the layers' projections) and
+// q8 rows of 2,048 (the router), store epilogue: each warp owns a few consecutive rows and requests
 // all of them before the kernel waits for the previous one, so a launch is one memory round trip
 // instead of one per row batch; grids are sized so every warp of one wave has ≤ ROWS rows. x̂
 // (RMSNorm prologue) is quantised once per block straight from registers for dp4a dot products
@@ -10,6 +10,7 @@
 // 2,048 rows 12.3 µs with gemv.cu's kernel → 8.3 (this layout, fp32 products) → 6.7 (dp4a,
 // x̂ quantised from registers); the loads alone 4.1, the prologue alone 2.1.
 #include <atomic>
+#include <type_traits>
 
 #include "orchid/backend/cuda/dp4a_q4.cuh"
 
@@ -20,13 +21,18 @@ std::atomic<bool> g_dp4a{true};
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-template <int NI, int ROWS>
+// x̂ as a lane of a q4 or a q8 row reads it.
+template <DevFormat F, int NI>
+using XCodes = std::conditional_t<F == DevFormat::q4, XQuant<NI>, XQuant8<NI>>;
+
+template <DevFormat F, int NI, int ROWS>
 __global__ void __launch_bounds__(kThreads, 2)
     upfront_gemv_kernel(const __grid_constant__ GemvParams p, int rpw) {
   extern __shared__ float4 smem4[];
   const int units = p.cols / 32;  // 32-element units of x̂
   int4* xq = reinterpret_cast<int4*>(smem4);
   float2* xd = reinterpret_cast<float2*>(xq + 4 * units);
+  float* xw = reinterpret_cast<float*>(xd + units);
   __shared__ float scratch[32];
   const SubGroup sg(32);
 
@@ -50,18 +56,26 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int rr = r0 + i;
     if (i >= rpw || rr >= total) break;
     const int t = task_of(rr);
-    load_units<DevFormat::q4, NI>(p.task[t].m, rr - (t ? end[t - 1] : 0), sg.sl, 32, w[i]);
+    load_units<F, NI>(p.task[t].m, rr - (t ? end[t - 1] : 0), sg.sl, 32, w[i]);
   }
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && *p.halt) return;
-  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, scratch);
-  XQuant<NI> q;
-  load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
+  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, F == DevFormat::q8 ? xw : nullptr, scratch);
+  XCodes<F, NI> q;
+  if constexpr (F == DevFormat::q4)
+    load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
+  else
+    load_x_quant8<NI>(xq, xd, xw, units, sg.sl, 32, q);
   // Every row's partial first (independent chains), then one transposed reduction for all.
   float acc[ROWS];
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) acc[i] = i < rpw ? partial_dot_dp4a<NI>(w[i], q) : 0.f;
+  for (int i = 0; i < ROWS; ++i) {
+    if constexpr (F == DevFormat::q4)
+      acc[i] = i < rpw ? partial_dot_dp4a<NI>(w[i], q) : 0.f;
+    else
+      acc[i] = i < rpw ? partial_dot_dp4a8<NI>(w[i], q) : 0.f;
+  }
   const int i = reduce_rows<ROWS>(acc, sg.sl);
   const int rr = r0 + i;
   if ((sg.sl & (32 / ROWS - 1)) == 0 && i < rpw && rr < total) {
@@ -72,9 +86,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // Launches with rows per warp (≤ ROWS) for a one-wave grid; false when there are too many rows.
-template <int NI, int ROWS>
+template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
-  const auto kernel = upfront_gemv_kernel<NI, ROWS>;
+  const auto kernel = upfront_gemv_kernel<F, NI, ROWS>;
   const size_t smem = x_quant_smem_bytes(p.cols / 32);
   const int rpw =
       rows_per_warp_one_wave(reinterpret_cast<const void*>(kernel), kThreads, smem, total, ROWS);
@@ -101,8 +115,11 @@ Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s) {
   int total = 0;
   for (int t = 0; t < p.n_task; ++t) total += p.task[t].m.rows;
   // ROWS: registers for the rows' loads beside x̂ (≤ 128 per thread, two blocks per SM).
-  if (m.fmt == DevFormat::q4 && m.units == 64) return launch_rows<2, 8>(p, total, s);
-  if (m.fmt == DevFormat::q4 && m.units == 128) return launch_rows<4, 2>(p, total, s);
+  if (m.fmt == DevFormat::q4 && m.units == 64) return launch_rows<DevFormat::q4, 2, 8>(p, total, s);
+  if (m.fmt == DevFormat::q4 && m.units == 128)
+    return launch_rows<DevFormat::q4, 4, 2>(p, total, s);
+  if (m.fmt == DevFormat::q8 && m.units == 128)  // the router and shared-expert gate
+    return launch_rows<DevFormat::q8, 4, 2>(p, total, s);
   return false;
 }
 

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ int sel[32];
   __shared__ float sel_w[32];
   const SubGroup sg(32);
-  stage_x_quant(p.x, p.n_embd, p.norm, p.eps, xq, xd, scratch);
+  stage_x_quant(p.x, p.n_embd, p.norm, p.eps, xq, xd, nullptr, scratch);
   XQuant<NI> q;
   load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
   grid_dep_wait();
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(32 * 32)
   for (int k = 0; k < kWords / 32; ++k)
     load_word(p.act + w * act_stride, lane + 32 * k, kWords, v[k]);
 #pragma unroll
-  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd);
+  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
   __syncwarp();
   XQuant<1> q;
   load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
