@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 }
 
 // The same on tensor cores (ORCHID_MMA_ATTENTION=0: the kernel above), for head sizes 64, 128,
-// 256 and groups of at most 8 query heads; per warp and tile of 32 keys, as mma.m16n8k16 with
+// 256 and groups of at most 8 query heads; per warp and stage of 16 keys, as mma.m16n8k16 with
 // bf16 inputs and fp32 accumulators:
 //  - S = Q · Kᵀ: A rows 0-7 hold the group's queries rounded to bf16, rows 8-15 the rounding
 //    remainders, so S = C[h] + C[h + 8] is as exact as an fp32 dot with the bf16 keys; B is a K

@@ -2,7 +2,7 @@
 // the last K raw inputs + SiLU, q/k L2 norms, β and the decay, the delta-rule update with the
 // head's [dk, dv] state held in registers (thread → one column, a quarter of the rows), and the
 // gated RMSNorm of the output. (A cluster of four blocks per head, the gated RMSNorm's sum shared
-// through distributed shared memory, measured 5 % slower on the H200: docs/perf-notes.md.)
+// through distributed shared memory, measured 4 % slower on the H200: docs/perf-notes.md.)
 #include "orchid/backend/cuda/delta_net_core.cuh"
 
 namespace orchid::cuda {

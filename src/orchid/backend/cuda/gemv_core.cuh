@@ -335,7 +335,7 @@ Expected<bool> launch_mma_gemv(const GemvParams& p, cudaStream_t s);
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
 
 // The streaming dp4a GEMV of gemv_stream.cu for p (one q4 matrix of 2,048 columns and at least
-// mma_min_rows() rows: the lm_head), validated by launch_gemv. Returns false when p is not a
+// stream_min_rows() rows: the lm_head), validated by launch_gemv. Returns false when p is not a
 // launch it takes.
 Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s);
 

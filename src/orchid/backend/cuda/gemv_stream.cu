@@ -1,5 +1,5 @@
 // The dp4a GEMV for long single-matrix launches (the lm_head: 248,320 q4 rows of 2,048 columns,
-// ~270 MB per step): a pure stream, so what matters is bytes in flight and how few memory
+// 286 MB per step): a pure stream, so what matters is bytes in flight and how few memory
 // instructions carry them. Each warp owns rows w, w + W, w + 2W, … (W warps in the grid, so at
 // any moment the grid reads one contiguous stretch of rows) and keeps kDepth of them in flight in
 // registers: a batch of kDepth rows is multiplied, its slots are refilled with the rows kDepth · W

@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     load_units<F, NI>(p.up, row, sg.sl, 32, u[i]);
   }
   // Gate and up partials of every pair (value 2i, 2i + 1; zero-padded to kSums), then one
-  // transposed reduction: pair i's gate sum lands in lanes 8i…, its up sum in lanes 8i + 4….
+  // transposed reduction: pair i's gate sum lands in lanes 64i / kSums…, its up sum 32 / kSums
+  // lanes further.
   constexpr int kSums = 2 * PAIRS <= 4 ? 4 : 8;
   static_assert(2 * PAIRS <= 8);
   float v[kSums];
