@@ -13,6 +13,7 @@ namespace orchid::cli {
 
 void add_info(CLI::App& app, int& exit_code);
 void add_logits(CLI::App& app, int& exit_code);
+void add_eval(CLI::App& app, int& exit_code);
 void add_generate(CLI::App& app, int& exit_code);
 void add_synth(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);

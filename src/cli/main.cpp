@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   orchid::cli::add_info(app, exit_code);
   orchid::cli::add_logits(app, exit_code);
+  orchid::cli::add_eval(app, exit_code);
   orchid::cli::add_generate(app, exit_code);
   orchid::cli::add_synth(app, exit_code);
   orchid::cli::add_bench(app, exit_code);

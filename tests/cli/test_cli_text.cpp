@@ -54,13 +54,51 @@ TEST_F(CliText, TemplateRendersTheGenerationPrompt) {
 TEST_F(CliText, TokenizeRecognisesSpecialTokens) {
   ScratchDir tmp;
   write_text(tmp / "t.txt", "<|im_start|>user\nHello world<|im_end|>");
-  auto r = run_orchid("tokenize -m " + model() + " --file " + shell_quote(tmp / "t.txt") +
-                      " --json");
+  auto r =
+      run_orchid("tokenize -m " + model() + " --file " + shell_quote(tmp / "t.txt") + " --json");
   ASSERT_TRUE(r.exited && r.exit_code == 0) << r.describe();
   auto ids = nlohmann::json::parse(r.output);
   ASSERT_TRUE(ids.is_array());
   EXPECT_EQ(ids.front(), 151644);  // <|im_start|>
   EXPECT_EQ(ids.back(), 151645);   // <|im_end|>
+}
+
+// eval against reference logits of the same tokens (`orchid logits`): full agreement, KL ≈ 0,
+// the same perplexity whatever the window; a mismatched reference and a one-token text fail.
+TEST_F(CliText, EvalAgreesWithItsOwnLogits) {
+  ScratchDir tmp;
+  write_text(tmp / "t.txt", "An orchid is a flowering plant with showy flowers.");
+  auto ids =
+      run_orchid("tokenize -m " + model() + " --file " + shell_quote(tmp / "t.txt") + " --json");
+  ASSERT_TRUE(ids.exited && ids.exit_code == 0) << ids.describe();
+  std::string list;
+  for (const auto& v : nlohmann::json::parse(ids.output))
+    list += (list.empty() ? "" : ",") + std::to_string(v.get<int>());
+  auto l = run_orchid("logits -m " + model() + " --tokens " + list + " --out " +
+                      shell_quote(tmp / "ref.npy"));
+  ASSERT_TRUE(l.exited && l.exit_code == 0) << l.describe();
+  std::vector<double> ppl;
+  for (const char* window : {"1024", "3"}) {
+    auto r = run_orchid("eval -m " + model() + " --text " + shell_quote(tmp / "t.txt") +
+                        " --reference " + shell_quote(tmp / "ref.npy") + " --window " + window +
+                        " --json");
+    ASSERT_TRUE(r.exited && r.exit_code == 0) << r.describe();
+    auto j = nlohmann::json::parse(r.output);
+    const size_t n = nlohmann::json::parse(ids.output).size();
+    EXPECT_EQ(j["tokens"], n);
+    EXPECT_EQ(j["predictions"], n - 1);
+    EXPECT_EQ(j["top1_agreement"], 1.0);
+    EXPECT_LT(j["mean_kl_nats"].get<double>(), 1e-6);
+    // A random tiny model over a 151,669-token vocabulary: near-uniform predictions.
+    EXPECT_GT(j["perplexity"].get<double>(), 1e3);
+    ppl.push_back(j["perplexity"].get<double>());
+  }
+  EXPECT_NEAR(ppl[0], ppl[1], 1e-3 * ppl[0]);  // windows only change the logits' batching
+  write_text(tmp / "one.txt", "Hi");
+  auto bad = run_orchid("eval -m " + model() + " --text " + shell_quote(tmp / "one.txt") +
+                        " --reference " + shell_quote(tmp / "ref.npy"));
+  EXPECT_TRUE(bad.exited && bad.exit_code != 0) << bad.describe();
+  EXPECT_TRUE(contains(bad.output, "error")) << bad.output;
 }
 
 TEST_F(CliText, RunStreamsARepeatableReply) {
