@@ -4,8 +4,6 @@
 // divergence KL(reference ‖ orchid). The text runs through one state in windows of --window
 // tokens, so the logits held at once are bounded by the window, not the text.
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -13,17 +11,6 @@
 #include "orchid/util/npy.h"
 
 namespace orchid::cli {
-namespace {
-
-Expected<std::string> read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return err("cannot open ", path);
-  std::string s{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  if (f.bad()) return err("cannot read ", path);
-  return s;
-}
-
-}  // namespace
 
 void add_eval(CLI::App& app, int& exit_code) {
   struct Args {
@@ -44,7 +31,7 @@ void add_eval(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_flag("--json", args->json, "print one JSON object instead of text");
   cmd->callback([args, &exit_code] {
-    auto text = read_text(args->text);
+    auto text = read_file(args->text);
     if (!text) return void(exit_code = fail(text.message()));
     auto cm = open_chat_model(args->model);
     if (!cm) return void(exit_code = fail(cm.message()));

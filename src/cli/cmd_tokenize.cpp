@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -25,14 +23,6 @@ double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
-Expected<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return err("cannot open ", path);
-  std::string s{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  if (f.bad()) return err("cannot read ", path);
-  return s;
 }
 
 // Ids given as a JSON array or as a comma/space/newline separated list.

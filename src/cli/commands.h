@@ -25,6 +25,8 @@ void add_serve(CLI::App& app, int& exit_code);
 
 // "1,2,3" → ids; an empty list or a non-integer entry is an error.
 Expected<std::vector<int32_t>> parse_token_list(const std::string& text);
+// The whole file at `path` (an error names the path when it cannot be opened or read).
+Expected<std::string> read_file(const std::string& path);
 // Prints "orchid: error: MESSAGE" to stderr and returns 1.
 int fail(const std::string& message);
 // `orchid bench plot`: the series' prefill / decode tok/s charts as OUT.svg and OUT.png.

@@ -1,10 +1,20 @@
 // Helpers shared by the subcommands.
 #include <charconv>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "cli/commands.h"
 
 namespace orchid::cli {
+
+Expected<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return err("cannot open ", path);
+  std::string s{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  if (f.bad()) return err("cannot read ", path);
+  return s;
+}
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "orchid: error: %s\n", message.c_str());
