@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "orchid/runtime/eval.h"
+#include "orchid/tokenizer/tokenizer.h"
 #include "orchid/util/npy.h"
 
 namespace orchid::cli {
@@ -33,10 +34,13 @@ void add_eval(CLI::App& app, int& exit_code) {
   cmd->callback([args, &exit_code] {
     auto text = read_file(args->text);
     if (!text) return void(exit_code = fail(text.message()));
-    auto cm = open_chat_model(args->model);
-    if (!cm) return void(exit_code = fail(cm.message()));
-    const std::vector<int32_t> ids = cm->assets.tokenizer.encode(*text);
-    const int64_t n = int64_t(ids.size()), V = cm->lm.backend->n_vocab();
+    // Weights and tokenizer only: a text needs no chat template or generation config.
+    auto tok = Tokenizer::load(args->model.dir + "/tokenizer.json");
+    if (!tok) return void(exit_code = fail(tok.message()));
+    auto lm = open_model(args->model);
+    if (!lm) return void(exit_code = fail(lm.message()));
+    const std::vector<int32_t> ids = tok->encode(*text);
+    const int64_t n = int64_t(ids.size()), V = lm->backend->n_vocab();
     if (n < 2)
       return void(exit_code = fail("eval: the text has " + std::to_string(n) +
                                    " tokens; at least 2 are needed"));
@@ -49,14 +53,14 @@ void add_eval(CLI::App& app, int& exit_code) {
                                      std::to_string(V) + "] (tokens of the text, vocabulary)"));
       ref = std::move(*r);
     }
-    auto st = cm->lm.backend->new_state(n);
+    auto st = lm->backend->new_state(n);
     if (!st) return void(exit_code = fail(st.message()));
     EvalStats stats;
     std::vector<float> logits;
     for (int64_t t = 0; t < n; t += args->window) {
       const int64_t w = std::min(args->window, n - t);
       const std::span<const int32_t> part(ids.data() + t, size_t(w));
-      Status s = cm->lm.backend->forward(**st, part, LogitsMode::all, logits);
+      Status s = lm->backend->forward(**st, part, LogitsMode::all, logits);
       if (s)
         s = add_eval_positions(stats, logits, V, ids, t,
                                ref.data.empty() ? nullptr : ref.data.data() + t * V);
