@@ -75,6 +75,7 @@ class DevBuf {
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
   T* get() const { return p_; }
+  size_t size() const { return n_; }
   size_t bytes() const { return std::max<size_t>(n_, 1) * sizeof(T); }
   std::vector<T> host() const {
     std::vector<T> h(n_);

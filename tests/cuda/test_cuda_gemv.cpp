@@ -155,6 +155,11 @@ TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
   p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.epilogue = cuda::GemvEpilogue::argmax;
   p.ticket = ticket.get(), p.partial = partial.get(), p.token = token.get(), p.pos = pos.get();
   p.stopped = stopped.get();
+  // The id also goes to a mapped host slot per position parity (the decode loop reads it there).
+  int* slots = nullptr;
+  ORCHID_CUDA_OK(
+      cudaHostAlloc(reinterpret_cast<void**>(&slots), 2 * sizeof(int), cudaHostAllocMapped));
+  ORCHID_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.host_token), slots, 0));
   // Twice per kernel path: the ticket must have been reset.
   for (int round = 0; round < 2 * int(std::size(test::kAllPaths)); ++round) {
     test::PathMode mode(test::kAllPaths[round / 2]);
@@ -163,9 +168,11 @@ TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
     auto l = logits.host();
     const int want = int(std::max_element(l.begin(), l.end()) - l.begin());
     EXPECT_EQ(token.host()[0], want);
+    EXPECT_EQ(static_cast<volatile int*>(slots)[(41 + round) & 1], want) << "host slot";
     EXPECT_EQ(pos.host()[0], 42 + round) << test::path_name(test::kAllPaths[round / 2]);
     EXPECT_EQ(ticket.host()[0], 0u);
   }
+  cudaFreeHost(slots);
   EXPECT_EQ(stopped.host()[0], 0);
 }
 

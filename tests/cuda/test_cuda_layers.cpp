@@ -184,11 +184,36 @@ TEST(CudaAttention, DecodeMatchesReference) {
     for (bool mma : {false, true}) {
       cuda::set_attention_mma_enabled(mma);
       ORCHID_CUDA_OK(cudaMemset(dout.get(), 0xff, dout.bytes()));
+      ORCHID_CUDA_OK(cudaMemset(pacc.get(), 0xff, pacc.bytes()));
+      ORCHID_CUDA_OK(cudaMemset(pml.get(), 0xff, pml.bytes()));
       const Status st = cuda::launch_attention_decode(p, nullptr);
       cuda::set_attention_mma_enabled(saved_mma);
       ASSERT_TRUE(st.ok()) << st.message();
       ORCHID_CUDA_OK(cudaDeviceSynchronize());
       outs.push_back(dout.host());
+    }
+    // The q/k and attention launches back to back on one stream, as in a decode step (the
+    // tensor-core kernel requests every key but the newest before its dependency wait, so it
+    // overlaps the q/k launch): the newest K/V row poisoned (NaN) beforehand, so a read of it
+    // before the q/k kernel wrote it would show. The same bits as the synchronised run.
+    if (cuda::attention_mma_enabled()) {
+      DevBuf<float> qg4(qg), out4(dout.size()), pacc4(pacc.size()), pml4(pml.size());
+      DevBuf<uint16_t> kc4(kc), vc4(vc);
+      const size_t row = size_t(cs.pos) * cs.nkv * hd;
+      ORCHID_CUDA_OK(cudaMemset(kc4.get() + row, 0xff, size_t(cs.nkv) * hd * 2));
+      ORCHID_CUDA_OK(cudaMemset(vc4.get() + row, 0xff, size_t(cs.nkv) * hd * 2));
+      cuda::AttnParams o = p;
+      o.qg = qg4.get(), o.kc = kc4.get(), o.vc = vc4.get(), o.out = out4.get();
+      o.part_acc = pacc4.get(), o.part_ml = pml4.get();
+      cudaStream_t st = nullptr;
+      ORCHID_CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      const bool ok =
+          cuda::launch_qk_norm_rope_kv(o, st).ok() && cuda::launch_attention_decode(o, st).ok();
+      ORCHID_CUDA_OK(cudaStreamSynchronize(st));
+      ORCHID_CUDA_OK(cudaStreamDestroy(st));
+      ASSERT_TRUE(ok);
+      EXPECT_EQ(out4.host(), outs[1]) << "back to back, pos " << cs.pos;
     }
     // Reference: norm + RoPE (double), the new row rounded to bf16 into the cache.
     auto norm_rope = [&](const float* x, const std::vector<float>& w, std::vector<double>& y) {

@@ -41,6 +41,7 @@ Switches Switches::from_env() {
   s.dp4a = !env_off("ORCHID_DP4A");
   s.fused_expert = !env_off("ORCHID_FUSED_EXPERT");
   s.fused_qk = !env_off("ORCHID_FUSED_QK");
+  s.stream_lm_head = !env_off("ORCHID_STREAM_LM_HEAD");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
@@ -51,13 +52,15 @@ void Switches::apply() const {
   set_pdl_enabled(pdl);
   set_mma_enabled(mma);
   set_dp4a_enabled(dp4a);
+  set_stream_enabled(stream_lm_head);
   set_attention_mma_enabled(mma_attention);
 }
 
 std::string Switches::graph_key() const {
   return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" + std::to_string(mma) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
-         std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" + std::to_string(fused_qk);
+         std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
+         std::to_string(fused_qk) + "/" + std::to_string(stream_lm_head);
 }
 
 CudaState::~CudaState() {

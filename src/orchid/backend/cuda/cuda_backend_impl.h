@@ -26,7 +26,8 @@ namespace orchid::cuda {
 // most ranges per head (default 128; both chosen by measurement, docs/bench.md); ORCHID_PDL=0
 // launches without programmatic dependent launch (each kernel waits for the previous one to end);
 // ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues;
-// ORCHID_MMA=0 runs the lm_head GEMV on the CUDA cores instead of the tensor cores;
+// ORCHID_STREAM_LM_HEAD=0 runs the lm_head on the tensor-core GEMV instead of the streaming dp4a
+// one; ORCHID_MMA=0 then runs it on the CUDA cores instead (with the stream on it has no effect);
 // ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores;
 // ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue;
 // ORCHID_DP4A=0 runs the q4 projections, the q8 router and the experts on the earlier fp32
@@ -40,6 +41,7 @@ struct Switches {
   bool dp4a = true;
   bool fused_expert = true;
   bool fused_qk = true;
+  bool stream_lm_head = true;
   bool mma = true;
   bool mma_attention = true;
   bool fused_routing = true;

@@ -136,6 +136,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"dp4a", base.dp4a},
                      {"fused_expert", base.fused_expert},
                      {"fused_qk", base.fused_qk},
+                     {"stream_lm_head", base.stream_lm_head},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -176,7 +177,8 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         {"fused_routing", &cuda::Switches::fused_routing},
         {"dp4a", &cuda::Switches::dp4a},
         {"fused_expert", &cuda::Switches::fused_expert},
-        {"fused_qk", &cuda::Switches::fused_qk}};
+        {"fused_qk", &cuda::Switches::fused_qk},
+        {"stream_lm_head", &cuda::Switches::stream_lm_head}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;

@@ -314,10 +314,8 @@ __device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v,
     for (int i = 0; i < kPickThreads; ++i)
       if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
     *p.token = bi;
-    if (p.host_token) {
-      p.host_token[*p.pos & 1] = bi;
-      __threadfence_system();  // before the position moves on: the host reads after the step
-    }
+    // The host reads it after an event that follows the step (so no system fence is needed).
+    if (p.host_token) p.host_token[*p.pos & 1] = bi;
     for (int s = 0; s < p.n_stop; ++s)
       if (p.stop_ids[s] == bi && p.stopped) *p.stopped = 1;
     ++*p.pos;

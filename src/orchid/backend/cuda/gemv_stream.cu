@@ -10,7 +10,7 @@
 //
 // The tensor-core kernel (mma_gemv.cu) reads the MLX layout in 8-byte fragments, 8 rows per
 // instruction, and reached 46 % of the read ceiling on the lm_head (this kernel: ~70 %, 92 µs for
-// 286 MB); ORCHID_DP4A=0 runs it again.
+// 286 MB); ORCHID_STREAM_LM_HEAD=0 (or ORCHID_DP4A=0) runs it again.
 #include <atomic>
 
 #include "orchid/backend/cuda/dp4a_q4.cuh"
@@ -18,6 +18,7 @@
 namespace orchid::cuda {
 namespace {
 
+std::atomic<bool> g_stream{true};
 std::atomic<int> g_stream_min_rows{32768};
 
 constexpr int kThreads = kPickThreads, kWarps = kThreads / 32;
@@ -84,6 +85,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
+bool stream_enabled() {
+  return g_stream.load(std::memory_order_relaxed);
+}
+void set_stream_enabled(bool on) {
+  g_stream.store(on, std::memory_order_relaxed);
+}
 int stream_min_rows() {
   return g_stream_min_rows.load(std::memory_order_relaxed);
 }
@@ -93,8 +100,8 @@ void set_stream_min_rows(int rows) {
 
 Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s) {
   const DevMatrix& m = p.task[0].m;
-  if (!dp4a_enabled() || p.n_task != 1 || m.fmt != DevFormat::q4 || m.group != 64 ||
-      m.units != 32 * kNi || m.rows < stream_min_rows())
+  if (!stream_enabled() || !dp4a_enabled() || p.n_task != 1 || m.fmt != DevFormat::q4 ||
+      m.group != 64 || m.units != 32 * kNi || m.rows < stream_min_rows())
     return false;
   const auto kernel = stream_gemv_kernel;
   const size_t smem = x_quant_smem_bytes(m.units);

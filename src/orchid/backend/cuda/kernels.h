@@ -187,8 +187,9 @@ void set_pdl_enabled(bool on);
 // Whether this device runs kernel code with the dependency instructions (Hopper code on a
 // compute capability 9.x device); otherwise launches never overlap. Cached.
 bool pdl_supported();
-// Whether q4 GEMVs (group 64) of at least mma_min_rows() rows (default 32768: the lm_head)
-// multiply on the tensor cores (default) or dequantize on the CUDA cores (the ablation).
+// Whether q4 GEMVs (group 64) of at least mma_min_rows() rows (default 32768: the lm_head) that
+// the streaming kernel does not take multiply on the tensor cores (default) or dequantize on the
+// CUDA cores (the ablation).
 // Process-wide; the backend sets the first from its switch, tests the second.
 bool mma_enabled();
 void set_mma_enabled(bool on);
@@ -199,9 +200,12 @@ void set_mma_min_rows(int rows);
 // the earlier fp32 kernels (the ablation). Process-wide; the backend sets it from its switch.
 bool dp4a_enabled();
 void set_dp4a_enabled(bool on);
-// With dp4a on, single q4 GEMVs of 2,048 columns and at least stream_min_rows() rows (default
-// 32768: the lm_head) run the streaming dp4a kernel (gemv_stream.cu) before the tensor cores are
-// considered. Process-wide; tests move it.
+// Whether single q4 GEMVs of 2,048 columns and at least stream_min_rows() rows (default 32768:
+// the lm_head) run the streaming dp4a kernel (gemv_stream.cu; default, with dp4a on) before the
+// tensor cores are considered. Process-wide; the backend sets the first from its switch, tests
+// the second.
+bool stream_enabled();
+void set_stream_enabled(bool on);
 int stream_min_rows();
 void set_stream_min_rows(int rows);
 

@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(32 * 32)
   // which may hold an earlier layer's sel; clamped, so that no value can send a load astray.
   const int expert = min(max(__ldcg(p.sel + slot) - p.expert_base, 0), p.down.rows / p.n_embd - 1);
   const int64_t base = int64_t(expert) * p.n_embd;
-  RowUnits<1> rows[kDownRows / 2];
+  RowUnits<1> rows[kDownRows / 2] = {};
 #pragma unroll
   for (int k = 0; k < kDownRows / 2; ++k) {
     const int rr = r0 + sg.sub + 2 * k;
