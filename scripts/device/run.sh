@@ -2,7 +2,10 @@
 # On the GPU machine (device tool), after scripts/device/pack.sh here: the CUDA kernel and
 # whole-model tests (ctest label cuda), then `orchid bench decode` on full-size synthetic
 # weights. Logs and JSON go to $OUT; a short table is printed last.
-#   usage: scripts/device/run.sh [tests|bench|all|ncu|ncu-detail|fullsize|timeline|lab] [contexts]
+#   usage: scripts/device/run.sh [tests|bench|prefill|all|ncu|ncu-detail|fullsize|timeline|lab]
+#          [contexts]
+#   prefill: `orchid bench prefill` (tok/s per prompt length, per-kernel times, ablations at
+#        512, 2K, 8K, memory after the longest prompt) as $OUT/bench-prefill.json
 #   BENCH_ARGS (environment): more `orchid bench decode` flags, e.g. --ablation-lengths none
 #   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
 #        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
@@ -39,6 +42,10 @@ if [[ "$what" == bench || "$what" == all ]]; then
     --decode-tokens 64 --out "$out/bench-decode.json" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log" || status=1
   kill "$smi" 2>/dev/null
   echo "SM clock (MHz) during the run: $(awk -F', ' 'NR > 1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -3 | tr '\n' ' ')"
+fi
+if [[ "$what" == prefill || "$what" == all ]]; then
+  "$bin/orchid" bench prefill --synthetic qwen3.6-35b-a3b --lengths "$contexts" \
+    --out "$out/bench-prefill.json" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench-prefill.log" || status=1
 fi
 if [[ "$what" == ncu ]]; then
   ctx="${contexts%%,*}"

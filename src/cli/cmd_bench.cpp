@@ -50,10 +50,12 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// `--synthetic NAME`: full-size random weights made on the GPU; decode speed per context with
-// the per-kernel report and the switches' ablations.
-int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths,
-                    const std::vector<int32_t>& ablation_lengths, int tokens,
+// `--synthetic NAME`: full-size random weights made on the GPU; prefill speed per prompt length
+// and decode speed per context, each with its per-kernel report and its switches' ablations.
+int bench_synthetic(const std::string& what, const std::string& name,
+                    const std::vector<int32_t>& lengths,
+                    const std::vector<int32_t>& decode_ablation,
+                    const std::vector<int32_t>& prefill_ablation, int tokens,
                     const std::string& out) {
 #ifdef ORCHID_HAVE_CUDA
   auto cfg = builtin_config(name);
@@ -62,13 +64,24 @@ int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths
   auto be = make_cuda_synthetic_backend(*cfg, 1234);
   if (!be) return fail(be.message());
   std::printf("%s (made in %.1f s)\n", cuda_backend_summary(**be).c_str(), seconds_since(t0));
-  DecodeBenchOptions o;
-  o.contexts.assign(lengths.begin(), lengths.end());
-  o.ablation_contexts.assign(ablation_lengths.begin(), ablation_lengths.end());
-  o.tokens = tokens;
-  auto j = cuda_decode_bench(**be, o);
-  if (!j) return fail(j.message());
-  (*j)["what"] = "orchid bench decode --synthetic " + name;
+  Expected<nlohmann::json> j = nlohmann::json::object();
+  if (what != "prefill") {
+    DecodeBenchOptions o;
+    o.contexts.assign(lengths.begin(), lengths.end());
+    o.ablation_contexts.assign(decode_ablation.begin(), decode_ablation.end());
+    o.tokens = tokens;
+    j = cuda_decode_bench(**be, o);
+    if (!j) return fail(j.message());
+  }
+  if (what != "decode") {
+    PrefillBenchOptions o;
+    o.lengths.assign(lengths.begin(), lengths.end());
+    o.ablation_lengths.assign(prefill_ablation.begin(), prefill_ablation.end());
+    auto p = cuda_prefill_bench(**be, o);
+    if (!p) return fail(p.message());
+    j->update(*p);
+  }
+  (*j)["what"] = "orchid bench " + what + " --synthetic " + name;
   (*j)["commit"] = run_command("git rev-parse HEAD 2>/dev/null");
   (*j)["date"] = run_command("date -u +%Y-%m-%dT%H:%M:%SZ");
   (*j)["backend"] = "cuda";
@@ -79,7 +92,8 @@ int bench_synthetic(const std::string& name, const std::vector<int32_t>& lengths
   if (!f) return fail("cannot write " + out);
   return 0;
 #else
-  (void)name, (void)lengths, (void)ablation_lengths, (void)tokens, (void)out;
+  (void)what, (void)name, (void)lengths, (void)decode_ablation, (void)prefill_ablation,
+      (void)tokens, (void)out;
   return fail("--synthetic needs the CUDA backend, which this build does not have");
 #endif
 }
@@ -90,7 +104,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   struct Args {
     ModelOptions model;
     std::string what = "all", lengths = "256,512,1024", out, synthetic;
-    std::string ablation_lengths = "4096,32768";
+    std::string ablation_lengths = "default";
     std::vector<std::string> series;
     int decode_tokens = 32;
   };
@@ -107,23 +121,26 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "plot: LABEL=FILE.json, a bench JSON (or the llama.cpp peer file) per line");
   cmd->get_option("-m")->required(false);
   cmd->add_option("--synthetic", args->synthetic,
-                  "decode on random full-size weights made on the GPU (e.g. qwen3.6-35b-a3b)");
+                  "random full-size weights made on the GPU (e.g. qwen3.6-35b-a3b)");
   cmd->add_option("--ablation-lengths", args->ablation_lengths,
-                  "--synthetic: contexts of the per-kernel report and the switches' ablations "
-                  "(comma-separated; 'none' skips them and the per-shape report)");
+                  "--synthetic: lengths of the per-kernel reports and the switches' ablations "
+                  "(comma-separated; 'none' skips them and the per-shape report; default: "
+                  "4096,32768 for decode, 512,2048,8192 for prefill)");
   cmd->callback([args, &exit_code] {
     if (args->what == "plot") return void(exit_code = bench_plot(args->series, args->out));
     auto lengths = parse_token_list(args->lengths);
     if (!lengths) return void(exit_code = fail("--lengths: " + lengths.message()));
     if (!args->synthetic.empty()) {
-      std::vector<int32_t> ablation;
-      if (args->ablation_lengths != "none") {
+      std::vector<int32_t> decode_abl = {4096, 32768}, prefill_abl = {512, 2048, 8192};
+      if (args->ablation_lengths == "none") {
+        decode_abl.clear(), prefill_abl.clear();
+      } else if (args->ablation_lengths != "default") {
         auto a = parse_token_list(args->ablation_lengths);
         if (!a) return void(exit_code = fail("--ablation-lengths: " + a.message()));
-        ablation = *a;
+        decode_abl = prefill_abl = *a;
       }
-      return void(exit_code = bench_synthetic(args->synthetic, *lengths, ablation,
-                                              args->decode_tokens, args->out));
+      return void(exit_code = bench_synthetic(args->what, args->synthetic, *lengths, decode_abl,
+                                              prefill_abl, args->decode_tokens, args->out));
     }
     if (args->model.dir.empty()) return void(exit_code = fail("bench: -m DIR or --synthetic NAME"));
     auto lm = open_model(args->model);

@@ -15,6 +15,7 @@
 #include "cuda_test_logits.h"
 #include "cuda_test_util.h"
 #include "orchid/backend/cpu/cpu_backend.h"
+#include "orchid/backend/cuda/cuda_backend_impl.h"
 #include "orchid/model/model.h"
 #include "orchid/util/npy.h"
 
@@ -70,13 +71,20 @@ class CudaGolden : public ::testing::TestWithParam<Case> {
     EXPECT_TRUE(s.ok()) << s.message();
     return l;
   }
+  void check_logits(bool chunked);
   nlohmann::json golden_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Backend> cuda_, cpu_;
   std::unique_ptr<Backend> cpu_kv_bf16_;  // the CPU reference with CUDA's KV cache precision
 };
 
-TEST_P(CudaGolden, LogitsAndTop1AgainstHf) {
+// The logits bars on one prompt path: step by step (the decode kernels) or in chunks on the tensor
+// cores (the prefill kernels, cuda_prefill.cpp).
+void CudaGolden::check_logits(bool chunked) {
+  auto* cb = dynamic_cast<cuda::CudaBackend*>(cuda_.get());
+  ASSERT_NE(cb, nullptr);
+  cb->switches().prefill = chunked;
+  const char* path = chunked ? "chunked" : "steps";
   const int64_t V = model_->config.n_vocab;
   const nlohmann::json& lay = golden_["layouts"][GetParam().layout];
   for (int p = 0; p < 2; ++p) {
@@ -118,10 +126,10 @@ TEST_P(CudaGolden, LogitsAndTop1AgainstHf) {
     }
     const double agreement = double(agree) / double(ids.size());
     std::printf(
-        "[ cuda golden ] %s/%s prompt %d: worst rel L2 %.2e (%d positions above 1e-2, %d above "
+        "[ cuda golden ] %s/%s %s prompt %d: worst rel L2 %.2e (%d positions above 1e-2, %d above "
         "the bar, %d of them reproduced by the CPU with a bf16 KV cache; CUDA vs that CPU: worst "
         "%.2e), top-1 agreement %.4f",
-        GetParam().config.c_str(), GetParam().layout.c_str(), p, worst, above_1e2, above_bar,
+        GetParam().config.c_str(), GetParam().layout.c_str(), path, p, worst, above_1e2, above_bar,
         explained, worst_vs_kv16, agreement);
     // HF's own bf16 run against HF fp32 on the same positions.
     const auto f32 = lay["top1_fp32"][p].get<std::vector<int32_t>>();
@@ -133,6 +141,18 @@ TEST_P(CudaGolden, LogitsAndTop1AgainstHf) {
     std::printf(" (HF bf16: %.4f)\n", floor);
     EXPECT_GE(agreement, floor) << "prompt " << p;
   }
+  cb->switches().prefill = true;
+}
+
+TEST_P(CudaGolden, LogitsAndTop1AgainstHf) {
+  check_logits(false);
+}
+
+// Issue 6's bar for the chunked prefill, the same as the decode path's. Open: fp16 tensor-core
+// operands (~1e-3 per projection) flip near-ties in the tiny fixture's routing at a few positions
+// where HF's bf16 run does not (docs/perf-notes.md, prefill precision).
+TEST_P(CudaGolden, ChunkedPrefillLogitsAndTop1AgainstHf) {
+  check_logits(true);
 }
 
 TEST_P(CudaGolden, DeviceGreedyAfterCudaPrefillMatchesCpuAboveNoise) {

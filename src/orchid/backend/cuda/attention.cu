@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "orchid/backend/cuda/device_common.cuh"
+#include "orchid/backend/cuda/mma_bf16.cuh"
 
 namespace orchid::cuda {
 namespace {
@@ -283,18 +283,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 //    contiguous 16-byte loads and pairs them with one byte permute per fragment register.
 // The output accumulators (16 dims × 8 heads per mma) waste nothing; lane 4g + t holds heads
 // 2t, 2t + 1 at dims HD/8 · g + [0, HD/8).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return uint32_t(float_to_bf16_bits(lo)) | (uint32_t(float_to_bf16_bits(hi)) << 16);
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
-
 // Stages of kStage keys: each warp copies a stage's K and V rows into its own shared memory with
 // cp.async (every row of the stage in flight at once: one memory round trip per stage, where
 // loading fragments straight from global memory cost six per 32 keys), then multiplies from
@@ -313,21 +301,6 @@ constexpr size_t attention_mma_smem() {
   const size_t stages = size_t(kAttnWarps) * 2 * kStage * stage_row<HD>() * sizeof(uint16_t);
   const size_t merge = sizeof(float) * kAttnWarps * G * kMaxHeadDim;
   return stages > merge ? stages : merge;
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 template <int G, int HD>
@@ -425,8 +398,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 #pragma unroll
       for (int nt = 0; nt < kStageNt; ++nt) {
         const uint4 kr = *reinterpret_cast<const uint4*>(sk + (nt * 8 + gq) * RS + 32 * b + 8 * t);
-        mma_bf16_16816(c[nt], a0, kr.x, kr.y);
-        mma_bf16_16816(c[nt], a1, kr.z, kr.w);
+        mma_bf16(c[nt], a0.x, a0.y, a0.z, a0.w, kr.x, kr.y);
+        mma_bf16(c[nt], a1.x, a1.y, a1.z, a1.w, kr.z, kr.w);
       }
     }
     // Head gq's scores of keys j0 + 8 nt + 2t (+1); past the last key: -inf.
@@ -487,7 +460,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // the same half of both rows' words
         const uint32_t lo_dims = __byte_perm(ra[i / 2], rb[i / 2], sel);
         const uint32_t hi_dims = __byte_perm(ra[kMt / 2 + i / 2], rb[kMt / 2 + i / 2], sel);
-        mma_bf16_16816(acc[i], make_uint4(lo_dims, hi_dims, lo_dims, hi_dims), b_hi, b_lo);
+        mma_bf16(acc[i], lo_dims, hi_dims, lo_dims, hi_dims, b_hi, b_lo);
       }
     }
   }

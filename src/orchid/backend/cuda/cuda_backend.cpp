@@ -45,6 +45,12 @@ Switches Switches::from_env() {
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
+  s.prefill = !env_off("ORCHID_PREFILL");
+  s.fused_dequant = !env_off("ORCHID_FUSED_DEQUANT");
+  s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
+  if (const char* v = std::getenv("ORCHID_PREFILL_TILE")) s.prefill_tile = std::atoi(v);
+  if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK"))
+    s.prefill_chunk = std::clamp(std::atoi(v), 16, 16384);
   return s;
 }
 

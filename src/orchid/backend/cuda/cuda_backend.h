@@ -27,6 +27,14 @@ struct DecodeBenchOptions {
 // and each switch's matched ablation there; the JSON that bench/results keeps.
 Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOptions& opts);
 
+struct PrefillBenchOptions {
+  std::vector<int64_t> lengths;                               // prompt tokens
+  std::vector<int64_t> ablation_lengths = {512, 2048, 8192};  // profile + switch ablations
+};
+// Prefill speed of a CUDA backend per prompt length (from an empty state), per-kernel times and
+// the prefill switches' matched ablations at the ablation lengths, memory after the longest.
+Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBenchOptions& opts);
+
 // One line describing the device and the model's footprint on it.
 std::string cuda_backend_summary(const Backend& backend);
 

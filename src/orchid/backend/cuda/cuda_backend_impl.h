@@ -36,6 +36,11 @@ namespace orchid::cuda {
 // ORCHID_FUSED_EXPERT=0 forms SiLU(gate)·up and the weighted residual sum in kernels of their own
 // instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
 // write as three kernels instead of one.
+// Prefill (cuda_prefill.cpp): ORCHID_PREFILL=0 runs a prompt as one decode step per token instead
+// of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default 4096 tokens);
+// ORCHID_FUSED_DEQUANT=0 dequantises each dense weight to an fp16 buffer before a plain GEMM
+// instead of tile by tile inside it; ORCHID_FLASH_PREFILL=0 materialises the attention scores;
+// ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load).
 struct Switches {
   bool graph = true;
   bool dp4a = true;
@@ -50,6 +55,11 @@ struct Switches {
   bool fused_norm = true;
   int keys_per_split = 128;
   int max_split = 128;
+  bool prefill = true;
+  bool fused_dequant = true;
+  bool flash_prefill = true;
+  int prefill_tile = 0;  // 0: chosen from the rows per expert
+  int prefill_chunk = 4096;
   static Switches from_env();
   // Sets the kernels' process-wide flags (kernels.h) from these switches.
   void apply() const;
@@ -90,6 +100,36 @@ struct CudaSnapshot final : StateSnapshot {
   int64_t bytes() const override { return rec_bytes; }
 };
 
+// The prefill path's device buffers, sized by the chunk (not the prompt); made on first use.
+struct PrefillScratch {
+  DeviceArena mem;
+  int chunk = 0;            // tokens per chunk these buffers hold
+  int* tokens = nullptr;    // [chunk]
+  float* h = nullptr;       // [chunk, n_embd] residual stream
+  uint16_t* xn = nullptr;   // [chunk, n_embd] fp16 normed rows (GEMM operand)
+  uint16_t* mix = nullptr;  // [chunk, max(n_head·hd, hv·dv)] fp16 attention / DeltaNet out
+  float *qg = nullptr, *k = nullptr, *v = nullptr;  // [chunk, n_head·2hd], [chunk, kv·hd] ×2
+  float *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr;  // DeltaNet projections
+  float *conv_out = nullptr, *o = nullptr, *beta = nullptr, *decay = nullptr;
+  float* logits = nullptr;  // [chunk, n_expert + 1] router + shared gate
+  int *sel = nullptr, *pair_token = nullptr, *pair_slot = nullptr;
+  float *sel_w = nullptr, *pair_w = nullptr;
+  int *counts = nullptr, *offsets = nullptr, *n_tiles = nullptr;
+  int *tile_expert = nullptr, *tile_begin = nullptr, *tile_end = nullptr;
+  int max_tiles = 0;
+  uint16_t* act = nullptr;     // [chunk · (top_k + 1), n_ff] fp16
+  float* slot_out = nullptr;   // [chunk, top_k + 1, n_embd]
+  float* sh_gu = nullptr;      // shared expert kept apart: [2, chunk, n_ff_shexp] gate, up
+  uint16_t* sh_act = nullptr;  // [chunk, n_ff_shexp] fp16
+  float* head = nullptr;       // [kHeadRows, n_vocab] logits of a slice of positions
+  static constexpr int kHeadRows = 64;
+  DeviceArena extra;  // the ablations' buffers (dequantised weight, scores)
+  uint16_t* dequant = nullptr;
+  int64_t dequant_elems = 0;
+  float* scores = nullptr;
+  int64_t scores_elems = 0;
+};
+
 // How the lm_head step picks its token.
 struct PickConfig {
   bool want_logits = false;  // also write fp32 logits to the device buffer
@@ -126,6 +166,13 @@ class CudaBackend final : public Backend {
 
   // Runs one decode step kernel by kernel with events between launches.
   Expected<std::vector<KernelTiming>> profile_step(CudaState& st);
+  // Prefills `tokens` (chunked path) with events between launches; bytes = FLOPs per launch.
+  Expected<std::vector<KernelTiming>> profile_prefill(CudaState& st,
+                                                      std::span<const int32_t> tokens);
+  // Whether this model's shapes take the chunked prefill (otherwise prompts run step by step).
+  bool prefill_supported() const;
+  // Device bytes of the prefill buffers (0 before the first prefill).
+  int64_t prefill_scratch_bytes() const;
   const DeviceModel& device_model() const { return *dm_; }
   const Switches& switches() const { return sw_; }
   Switches& switches() { return sw_; }
@@ -144,6 +191,17 @@ class CudaBackend final : public Backend {
                             const int* halt, Profiler* prof, const char* label);
   Status run_step(CudaState& st, bool head, const PickConfig& pick);
   Status sync(const char* what);
+  // Prefill in chunks on the tensor cores (cuda_prefill.cpp).
+  Status ensure_prefill_scratch(int chunk);
+  Status forward_chunked(CudaState& st, std::span<const int32_t> tokens, LogitsMode mode,
+                         std::vector<float>& logits, int64_t chunk, Profiler* prof);
+  Status prefill_chunk(CudaState& st, int T, Profiler* prof);
+  Status prefill_attention(CudaState& st, int l, int T, Profiler* prof);
+  Status prefill_delta_net(CudaState& st, int l, int T, Profiler* prof);
+  Status prefill_moe(const DevLayer& L, int T, Profiler* prof);
+  Status prefill_gemm(const DevMatrix& w, const uint16_t* a, int lda, int T, float* c, int ldc,
+                      const float* add);
+  Status prefill_logits(int T, LogitsMode mode, float* host);
 
   std::unique_ptr<DeviceModel> dm_;
   const ModelConfig& c_;
@@ -164,7 +222,31 @@ class CudaBackend final : public Backend {
   int* pinned_ = nullptr;       // host, mapped: two token slots + the position read-back
   int* pinned_dev_ = nullptr;   // pinned_ as the device sees it
   cudaEvent_t slot_ev_[2] = {nullptr, nullptr};
+  std::unique_ptr<PrefillScratch> pf_;
   static constexpr int kMaxSplit = 256, kMaxStop = 64, kPromptChunk = 4096;
+};
+
+// Events after each launch of a step (or a prefill chunk), for per-kernel times (created up front,
+// so that recording one costs little next to a launch).
+struct CudaBackend::Profiler {
+  cudaStream_t s;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  std::vector<int64_t> bytes;
+  std::vector<cudaEvent_t> pool;
+  explicit Profiler(cudaStream_t stream) : s(stream) {
+    pool.resize(1024);
+    for (cudaEvent_t& e : pool) cudaEventCreate(&e);
+  }
+  void mark(const char* name, int64_t b) {
+    if (marks.size() == pool.size()) return;
+    cudaEvent_t e = pool[marks.size()];
+    cudaEventRecord(e, s);
+    marks.emplace_back(name, e);
+    bytes.push_back(b);
+  }
+  ~Profiler() {
+    for (cudaEvent_t e : pool) cudaEventDestroy(e);
+  }
 };
 
 // Time per launch, GB/s and % of `read_bw` (bytes/s) of each real GEMV / expert launch shape of

@@ -1,6 +1,7 @@
-// Running tokens through a state: forward() (prompt tokens one step each, logits to the host
-// where asked) and the on-device decode loop (the next token chosen and fed on the device; the
-// host reads ids from a double-buffered pinned slot), plus synthetic contexts for speed runs.
+// Running tokens through a state: forward() (prompts in chunks on the tensor cores,
+// cuda_prefill.cpp; one token, or every token with ORCHID_PREFILL=0, as a decode step, logits to
+// the host where asked) and the on-device decode loop (the next token chosen and fed on the device;
+// the host reads ids from a double-buffered pinned slot), plus synthetic contexts for speed runs.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -18,6 +19,9 @@ Status CudaBackend::forward(BackendState& state, std::span<const int32_t> tokens
   ORCHID_TRY(check_forward_input(tokens, c_.n_vocab, st.n_past_, st.capacity_));
   const int64_t V = c_.n_vocab;
   logits.assign(size_t(mode == LogitsMode::all ? n * V : V), 0.f);
+  // Two tokens or more: chunks on the tensor cores (one token is a decode step either way).
+  if (sw_.prefill && n >= 2 && prefill_supported())
+    return forward_chunked(st, tokens, mode, logits, chunk, nullptr);
   ORCHID_CUDA(cudaMemsetAsync(st.d_halt, 0, sizeof(int), stream_));
   PickConfig pick;
   pick.want_logits = true;

@@ -12,29 +12,6 @@
 
 namespace orchid::cuda {
 
-// Events after each launch of a step, for per-kernel times (created up front, so that
-// recording one costs little next to a launch).
-struct CudaBackend::Profiler {
-  cudaStream_t s;
-  std::vector<std::pair<std::string, cudaEvent_t>> marks;
-  std::vector<int64_t> bytes;
-  std::vector<cudaEvent_t> pool;
-  explicit Profiler(cudaStream_t stream) : s(stream) {
-    pool.resize(1024);
-    for (cudaEvent_t& e : pool) cudaEventCreate(&e);
-  }
-  void mark(const char* name, int64_t b) {
-    if (marks.size() == pool.size()) return;
-    cudaEvent_t e = pool[marks.size()];
-    cudaEventRecord(e, s);
-    marks.emplace_back(name, e);
-    bytes.push_back(b);
-  }
-  ~Profiler() {
-    for (cudaEvent_t e : pool) cudaEventDestroy(e);
-  }
-};
-
 int CudaBackend::split_for(int64_t n_keys) const {
   if (!sw_.split_kv) return 1;
   int s = 1;

@@ -70,6 +70,21 @@ __device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// Element (row, c) of a device matrix, dequantised (embedding rows).
+__device__ __forceinline__ float matrix_element(const DevMatrix& m, int64_t row, int c) {
+  const int E = unit_elems(m.fmt), u = c / E, e = c % E;
+  const uint32_t* unit =
+      reinterpret_cast<const uint32_t*>(static_cast<const uint4*>(m.w) + row * m.units + u);
+  if (m.fmt == DevFormat::bf16) {
+    const uint32_t w = unit[e / 2];
+    return e % 2 ? bf16_hi(w) : bf16_lo(w);
+  }
+  const int bits = m.fmt == DevFormat::q4 ? 4 : 8, per_word = 32 / bits;
+  const uint32_t q = (unit[e / per_word] >> ((e % per_word) * bits)) & ((1u << bits) - 1u);
+  const uint32_t sb = m.sb[row * (m.cols / m.group) + c / m.group];
+  return bf16_lo(sb) * float(q) + bf16_hi(sb);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

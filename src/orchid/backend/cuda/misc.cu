@@ -61,24 +61,8 @@ __global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd
   grid_dep_release();
   if (halt && *halt) return;
   const int64_t row = *token;
-  const int E = unit_elems(m.fmt);
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n_embd; c += gridDim.x * blockDim.x) {
-    const int u = c / E, e = c % E;
-    const uint32_t* unit =
-        reinterpret_cast<const uint32_t*>(static_cast<const uint4*>(m.w) + row * m.units + u);
-    float v;
-    if (m.fmt == DevFormat::bf16) {
-      const uint32_t w = unit[e / 2];
-      v = e % 2 ? bf16_hi(w) : bf16_lo(w);
-    } else {
-      const int bits = m.fmt == DevFormat::q4 ? 4 : 8;
-      const int per_word = 32 / bits;
-      const uint32_t q = (unit[e / per_word] >> ((e % per_word) * bits)) & ((1u << bits) - 1u);
-      const uint32_t sb = m.sb[row * (m.cols / m.group) + c / m.group];
-      v = bf16_lo(sb) * float(q) + bf16_hi(sb);
-    }
-    h[c] = v;
-  }
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n_embd; c += gridDim.x * blockDim.x)
+    h[c] = matrix_element(m, row, c);
 }
 
 // One block: out = x · rsqrt(mean(x²) + eps) · w (the ablation of the GEMVs' fused prologue).

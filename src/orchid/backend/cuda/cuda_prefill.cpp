@@ -1,0 +1,330 @@
+// Prefill: a prompt in chunks of up to `prefill_chunk` tokens, every projection a GEMM on the
+// tensor cores (q4 tiles dequantised on chip), the experts as grouped GEMMs over the chunk's
+// tokens sorted by expert on the device, the DeltaNet scan with its state in registers, and flash
+// attention over the cache. Per chunk, per layer:
+//   xn = fp16(RMSNorm(h))                          [T, n_embd]
+//   attention: qg, k, v = xn·W → q/k norm + RoPE + KV write → flash attention → h += o·W_o
+//   DeltaNet:  qkv, z, b, a = xn·W → conv, norms, scan, gated norm → h += out·W_out
+//   MoE:       logits = RMSNorm(h)·[W_router; W_shared_gate] in fp32; xn = fp16(RMSNorm(h)) → route
+//   + sort →
+//              act = silu(xn·W_gate)·(xn·W_up) per pair → slot_out = w·act·W_down → h += Σ slots
+// Then the logits of the last position (or of every position) from the final norm + lm_head.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "orchid/backend/cuda/cuda_backend_impl.h"
+#include "orchid/backend/cuda/prefill_kernels.h"
+
+namespace orchid::cuda {
+
+namespace {
+
+int64_t gemm_flops(int64_t m, const DevMatrix& w) {
+  return 2 * m * w.rows * w.cols;
+}
+
+// Whether the tiled GEMMs take w: rows of whole 8-element pieces, whole quantisation groups of a
+// power-of-two number of units.
+bool gemm_takes(const DevMatrix& w) {
+  if (w.cols % 8 != 0) return false;
+  if (w.fmt == DevFormat::bf16) return true;
+  const int units = w.group / unit_elems(w.fmt);
+  return w.group > 0 && w.cols % w.group == 0 && units > 0 && (units & (units - 1)) == 0;
+}
+
+}  // namespace
+
+bool CudaBackend::prefill_supported() const {
+  const int hd = c_.head_dim;
+  if (c_.n_expert + 1 > 1024 || c_.n_expert_used + 1 > 32 || c_.n_embd % 8 != 0) return false;
+  if (hd != 32 && hd != 48 && hd != 64 && hd != 128 && hd != 256) return false;
+  if (c_.n_head_kv < 1 || c_.n_head % c_.n_head_kv != 0 || c_.n_head / c_.n_head_kv > 8)
+    return false;
+  if (c_.lin_head_dim_k > 128 || c_.lin_head_dim_v > 128 || c_.n_ff_exp % 8 != 0) return false;
+  for (const DevLayer& L : dm_->layers)
+    for (const DevMatrix* w :
+         {&L.q, &L.k, &L.v, &L.o, &L.qkv, &L.z, &L.b, &L.a, &L.out, &L.router, &L.shared_gate,
+          &L.gate, &L.up, &L.down, &L.sh_gate, &L.sh_up, &L.sh_down})
+      if (w->w && !gemm_takes(*w)) return false;
+  return gemm_takes(dm_->lm_head);
+}
+
+int64_t CudaBackend::prefill_scratch_bytes() const {
+  return pf_ ? pf_->mem.bytes() + pf_->extra.bytes() : 0;
+}
+
+Status CudaBackend::ensure_prefill_scratch(int chunk) {
+  if (pf_ && pf_->chunk >= chunk) return {};
+  pf_.reset();
+  auto p = std::make_unique<PrefillScratch>();
+  DeviceArena& A = p->mem;
+  const int64_t C = chunk, H = c_.n_embd, hd = c_.head_dim, slots = c_.n_expert_used + 1;
+  const int64_t attn_w = int64_t(c_.n_head) * hd, vd = c_.lin_value_dim();
+  const int64_t pairs = C * slots;
+  p->chunk = chunk;
+  p->max_tiles = int(pairs / 16 + c_.n_expert + 1);  // 16: the smallest tile
+  auto take = [&](auto*& dst, int64_t n) -> Status {
+    using T = std::remove_reference_t<decltype(*dst)>;
+    auto r = A.alloc(size_t(std::max<int64_t>(n, 1)) * sizeof(T));
+    if (!r) return err("prefill buffers for chunks of ", chunk, " tokens: ", r.message());
+    dst = static_cast<T*>(*r);
+    return {};
+  };
+  ORCHID_TRY(take(p->tokens, C));
+  ORCHID_TRY(take(p->h, C * H));
+  ORCHID_TRY(take(p->xn, C * H));
+  ORCHID_TRY(take(p->mix, C * std::max(attn_w, vd)));
+  ORCHID_TRY(take(p->qg, C * 2 * attn_w));
+  ORCHID_TRY(take(p->k, C * c_.n_head_kv * hd));
+  ORCHID_TRY(take(p->v, C * c_.n_head_kv * hd));
+  ORCHID_TRY(take(p->qkv, C * c_.lin_conv_dim()));
+  ORCHID_TRY(take(p->z, C * vd));
+  ORCHID_TRY(take(p->b, C * c_.lin_n_head_v));
+  ORCHID_TRY(take(p->a, C * c_.lin_n_head_v));
+  ORCHID_TRY(take(p->conv_out, C * c_.lin_conv_dim()));
+  ORCHID_TRY(take(p->o, C * vd));
+  ORCHID_TRY(take(p->beta, C * c_.lin_n_head_v));
+  ORCHID_TRY(take(p->decay, C * c_.lin_n_head_v));
+  ORCHID_TRY(take(p->logits, C * (c_.n_expert + 1)));
+  ORCHID_TRY(take(p->sel, pairs));
+  ORCHID_TRY(take(p->sel_w, pairs));
+  ORCHID_TRY(take(p->pair_token, pairs));
+  ORCHID_TRY(take(p->pair_slot, pairs));
+  ORCHID_TRY(take(p->pair_w, pairs));
+  ORCHID_TRY(take(p->counts, c_.n_expert + 1));
+  ORCHID_TRY(take(p->offsets, c_.n_expert + 1));
+  ORCHID_TRY(take(p->n_tiles, 1));
+  ORCHID_TRY(take(p->tile_expert, p->max_tiles));
+  ORCHID_TRY(take(p->tile_begin, p->max_tiles));
+  ORCHID_TRY(take(p->tile_end, p->max_tiles));
+  ORCHID_TRY(take(p->act, pairs * std::max(c_.n_ff_exp, c_.n_ff_shexp)));
+  ORCHID_TRY(take(p->slot_out, pairs * H));
+  ORCHID_TRY(take(p->head, int64_t(PrefillScratch::kHeadRows) * c_.n_vocab));
+  const bool apart = std::any_of(dm_->layers.begin(), dm_->layers.end(),
+                                 [](const DevLayer& L) { return L.shared_apart; });
+  if (apart) {
+    ORCHID_TRY(take(p->sh_gu, C * 2 * c_.n_ff_shexp));
+    ORCHID_TRY(take(p->sh_act, C * c_.n_ff_shexp));
+  }
+  pf_ = std::move(p);
+  return {};
+}
+
+Status CudaBackend::prefill_gemm(const DevMatrix& w, const uint16_t* a, int lda, int T, float* c,
+                                 int ldc, const float* add) {
+  if (!sw_.fused_dequant && w.fmt != DevFormat::bf16) {
+    // The ablation's fp16 copy of the largest matrix it meets, grown on demand.
+    const int64_t elems = int64_t(w.rows) * w.cols;
+    if (elems > pf_->dequant_elems) {
+      auto r = pf_->extra.alloc(size_t(elems) * 2);
+      if (!r) return err("dequantised weight buffer: ", r.message());
+      pf_->dequant = static_cast<uint16_t*>(*r), pf_->dequant_elems = elems;
+    }
+    set_gemm_dequant_scratch(pf_->dequant, pf_->dequant_elems);
+  }
+  GemmParams g;
+  g.w = w, g.a = a, g.lda = lda, g.m = T, g.c = c, g.ldc = ldc, g.add = add;
+  return launch_gemm(g, stream_);
+}
+
+Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* prof) {
+  const DevLayer& L = dm_->layers[size_t(l)];
+  PrefillScratch& P = *pf_;
+  const int H = c_.n_embd, hd = c_.head_dim, kvw = c_.n_head_kv * hd;
+  ORCHID_TRY(prefill_gemm(L.q, P.xn, H, T, P.qg, L.q.rows, nullptr));
+  ORCHID_TRY(prefill_gemm(L.k, P.xn, H, T, P.k, kvw, nullptr));
+  ORCHID_TRY(prefill_gemm(L.v, P.xn, H, T, P.v, kvw, nullptr));
+  if (prof) prof->mark("attn qkv gemm", T * (gemm_flops(1, L.q) + 2 * gemm_flops(1, L.k)));
+  AttnPrefillParams a;
+  a.qg = P.qg, a.k = P.k, a.v = P.v, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
+  a.inv_freq = dm_->inv_freq, a.eps = c_.rms_norm_eps;
+  a.n_head = c_.n_head, a.n_head_kv = c_.n_head_kv, a.hd = hd, a.n_rot = c_.n_rot;
+  a.kc = st.kc[size_t(l)], a.vc = st.vc[size_t(l)], a.pos0 = int(st.n_past_), a.T = T;
+  a.out = P.mix;
+  ORCHID_TRY(launch_qk_norm_rope_kv_prefill(a, stream_));
+  if (prof) prof->mark("qk norm+rope+kv", 0);
+  // Causal: query t meets pos0 + t + 1 keys; QKᵀ and PV are 2 · hd FLOPs per (query, key) each.
+  const int64_t pairs = int64_t(T) * st.n_past_ + int64_t(T) * (T + 1) / 2;
+  if (sw_.flash_prefill) {
+    ORCHID_TRY(launch_attention_prefill(a, stream_));
+  } else {
+    const int64_t elems = int64_t(c_.n_head) * T * (st.n_past_ + T);
+    if (elems > P.scores_elems) {
+      auto r = P.extra.alloc(size_t(elems) * 4);
+      if (!r) return err("attention scores buffer: ", r.message());
+      P.scores = static_cast<float*>(*r), P.scores_elems = elems;
+    }
+    ORCHID_TRY(launch_attention_prefill_naive(a, P.scores, stream_));
+  }
+  if (prof) prof->mark("attention", 4 * pairs * hd * c_.n_head);
+  ORCHID_TRY(prefill_gemm(L.o, P.mix, c_.n_head * hd, T, P.h, H, P.h));
+  if (prof) prof->mark("attn o gemm", gemm_flops(T, L.o));
+  return {};
+}
+
+Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* prof) {
+  const DevLayer& L = dm_->layers[size_t(l)];
+  PrefillScratch& P = *pf_;
+  const int H = c_.n_embd, hv = c_.lin_n_head_v, vd = c_.lin_value_dim();
+  ORCHID_TRY(prefill_gemm(L.qkv, P.xn, H, T, P.qkv, c_.lin_conv_dim(), nullptr));
+  ORCHID_TRY(prefill_gemm(L.z, P.xn, H, T, P.z, vd, nullptr));
+  ORCHID_TRY(prefill_gemm(L.b, P.xn, H, T, P.b, hv, nullptr));
+  ORCHID_TRY(prefill_gemm(L.a, P.xn, H, T, P.a, hv, nullptr));
+  if (prof)
+    prof->mark("gdn in gemm",
+               gemm_flops(T, L.qkv) + gemm_flops(T, L.z) + gemm_flops(T, L.b) + gemm_flops(T, L.a));
+  GdnPrefillParams g;
+  g.qkv = P.qkv, g.z = P.z, g.b = P.b, g.a = P.a, g.conv_w = L.conv_w;
+  g.conv_ring = st.ring[size_t(l)], g.S = st.S[size_t(l)];
+  g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.norm = L.gnorm;
+  g.hk = c_.lin_n_head_k, g.hv = hv, g.dk = c_.lin_head_dim_k, g.dv = c_.lin_head_dim_v;
+  g.K = c_.lin_conv_kernel, g.eps = c_.rms_norm_eps, g.pos0 = int(st.n_past_), g.T = T;
+  g.conv_out = P.conv_out, g.beta = P.beta, g.decay = P.decay, g.o = P.o, g.out = P.mix;
+  ORCHID_TRY(launch_gdn_prefill(g, stream_));
+  // The scan: per token and state element, decay + two products + update ≈ 8 FLOPs.
+  if (prof) prof->mark("gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
+  ORCHID_TRY(prefill_gemm(L.out, P.mix, vd, T, P.h, H, P.h));
+  if (prof) prof->mark("gdn out gemm", gemm_flops(T, L.out));
+  return {};
+}
+
+Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
+  PrefillScratch& P = *pf_;
+  const int H = c_.n_embd, E = c_.n_expert, slots = c_.n_expert_used + 1;
+  ORCHID_TRY(launch_router_logits_f32(P.h, L.post_norm, c_.rms_norm_eps, T, H, L.router,
+                                      L.shared_gate, P.logits, stream_));
+  if (prof) prof->mark("router (fp32)", gemm_flops(T, L.router) + gemm_flops(T, L.shared_gate));
+  ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, stream_));
+  MoeRouting r;
+  r.T = T, r.n_expert = E, r.top_k = c_.n_expert_used, r.logits = P.logits;
+  r.shared_stacked = !L.shared_apart;
+  r.pair_token = P.pair_token, r.pair_slot = P.pair_slot, r.pair_w = P.pair_w;
+  r.sel = P.sel, r.sel_w = P.sel_w, r.counts = P.counts, r.offsets = P.offsets;
+  // Rows per tile from the average routed rows per expert (the shared expert takes all T).
+  const int per_expert = T * c_.n_expert_used / std::max(E, 1);
+  const int t = sw_.prefill_tile;
+  r.tile_rows = t == 16 || t == 32 || t == 64 || t == 128 ? t
+                : per_expert <= 16                        ? 16
+                : per_expert <= 32                        ? 32
+                : per_expert <= 64                        ? 64
+                                                          : 128;
+  r.max_tiles = P.max_tiles, r.n_tiles = P.n_tiles;
+  r.tile_expert = P.tile_expert, r.tile_begin = P.tile_begin, r.tile_end = P.tile_end;
+  ORCHID_TRY(launch_moe_route_sort(r, stream_));
+  if (prof) prof->mark("moe route+sort", 0);
+  const int64_t stacked = E + (L.shared_apart ? 0 : 1);
+  const int64_t pairs = int64_t(T) * (c_.n_expert_used + (L.shared_apart ? 0 : 1));
+  ExpertGateUpParams gu;
+  gu.gate = L.gate, gu.up = L.up, gu.n_ff = c_.n_ff_exp, gu.x = P.xn, gu.r = &r, gu.act = P.act;
+  ORCHID_TRY(launch_expert_gate_up(gu, stream_));
+  if (prof) prof->mark("expert gate/up", 2 * gemm_flops(pairs, L.gate) / stacked);
+  ExpertDownParams dn;
+  dn.down = L.down, dn.n_embd = H, dn.n_ff = c_.n_ff_exp, dn.act = P.act, dn.r = &r;
+  dn.slot_out = P.slot_out;
+  ORCHID_TRY(launch_expert_down(dn, stream_));
+  if (prof) prof->mark("expert down", gemm_flops(pairs, L.down) / stacked);
+  if (L.shared_apart) {
+    // The shared expert as dense GEMMs over every token, its rows into slot_out's shared slot.
+    const int ff = c_.n_ff_shexp;
+    float *g = P.sh_gu, *u = P.sh_gu + int64_t(T) * ff;
+    ORCHID_TRY(prefill_gemm(L.sh_gate, P.xn, H, T, g, ff, nullptr));
+    ORCHID_TRY(prefill_gemm(L.sh_up, P.xn, H, T, u, ff, nullptr));
+    ORCHID_TRY(launch_silu_mul_rows_f16(g, u, T, ff, P.sh_act, stream_));
+    float* shared_slot = P.slot_out + int64_t(c_.n_expert_used) * H;
+    ORCHID_TRY(prefill_gemm(L.sh_down, P.sh_act, ff, T, shared_slot, slots * H, nullptr));
+    ORCHID_TRY(launch_scale_rows_sigmoid(shared_slot, int64_t(slots) * H, T, H, P.logits + E, E + 1,
+                                         stream_));
+    if (prof)
+      prof->mark("shared expert",
+                 gemm_flops(T, L.sh_gate) + gemm_flops(T, L.sh_up) + gemm_flops(T, L.sh_down));
+  }
+  ORCHID_TRY(launch_moe_combine(P.slot_out, T, slots, H, P.h, stream_));
+  if (prof) prof->mark("moe combine", 0);
+  return {};
+}
+
+Status CudaBackend::prefill_chunk(CudaState& st, int T, Profiler* prof) {
+  PrefillScratch& P = *pf_;
+  const int H = c_.n_embd;
+  ORCHID_TRY(launch_embed_rows(dm_->embd, P.tokens, T, P.h, H, stream_));
+  if (prof) prof->mark("embed", 0);
+  for (int l = 0; l < c_.n_layer; ++l) {
+    const DevLayer& L = dm_->layers[size_t(l)];
+    ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.attn_norm, c_.rms_norm_eps, T, H, P.xn, stream_));
+    if (prof) prof->mark("rms norm", 0);
+    if (c_.layer_types[size_t(l)] == LayerKind::full_attention)
+      ORCHID_TRY(prefill_attention(st, l, T, prof));
+    else
+      ORCHID_TRY(prefill_delta_net(st, l, T, prof));
+    ORCHID_TRY(prefill_moe(L, T, prof));
+  }
+  return {};
+}
+
+// Logits of the chunk's last position (mode last) or of all T positions into `host`.
+Status CudaBackend::prefill_logits(int T, LogitsMode mode, float* host) {
+  PrefillScratch& P = *pf_;
+  const int H = c_.n_embd;
+  const int64_t V = c_.n_vocab;
+  if (mode != LogitsMode::all) {
+    // One row: the decode path's lm_head GEMV with the final norm in its prologue.
+    GemvParams p;
+    p.task[0] = {dm_->lm_head, logits_, nullptr};
+    p.n_task = 1, p.x = P.h + int64_t(T - 1) * H, p.cols = H, p.norm = dm_->out_norm;
+    p.eps = c_.rms_norm_eps;
+    ORCHID_TRY(launch_gemv(p, stream_));
+    ORCHID_CUDA(cudaMemcpyAsync(host, logits_, size_t(V) * 4, cudaMemcpyDeviceToHost, stream_));
+    return {};
+  }
+  ORCHID_TRY(launch_rms_norm_rows_f16(P.h, dm_->out_norm, c_.rms_norm_eps, T, H, P.xn, stream_));
+  for (int r0 = 0; r0 < T; r0 += PrefillScratch::kHeadRows) {
+    const int n = std::min(PrefillScratch::kHeadRows, T - r0);
+    ORCHID_TRY(prefill_gemm(dm_->lm_head, P.xn + int64_t(r0) * H, H, n, P.head, int(V), nullptr));
+    ORCHID_CUDA(cudaMemcpyAsync(host + int64_t(r0) * V, P.head, size_t(n * V) * 4,
+                                cudaMemcpyDeviceToHost, stream_));
+  }
+  return {};
+}
+
+Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> tokens, LogitsMode mode,
+                                    std::vector<float>& logits, int64_t chunk, Profiler* prof) {
+  const int64_t n = int64_t(tokens.size()), V = c_.n_vocab;
+  const int C = int(chunk > 0 ? std::min<int64_t>(chunk, sw_.prefill_chunk) : sw_.prefill_chunk);
+  ORCHID_TRY(ensure_prefill_scratch(C));
+  set_gemm_fused_dequant_enabled(sw_.fused_dequant);
+  for (int64_t c0 = 0; c0 < n; c0 += C) {
+    const int T = int(std::min<int64_t>(C, n - c0));
+    ORCHID_CUDA(cudaMemcpyAsync(pf_->tokens, tokens.data() + c0, size_t(T) * 4,
+                                cudaMemcpyHostToDevice, stream_));
+    ORCHID_TRY(prefill_chunk(st, T, prof));
+    if (mode == LogitsMode::all)
+      ORCHID_TRY(prefill_logits(T, mode, logits.data() + c0 * V));
+    else if (c0 + T == n)
+      ORCHID_TRY(prefill_logits(T, mode, logits.data()));
+    st.n_past_ += T;
+    const int pos = int(st.n_past_);
+    ORCHID_CUDA(cudaMemcpyAsync(st.d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice, stream_));
+    ORCHID_TRY(sync("prefill chunk"));  // the token buffer and `pos` are reused next round
+  }
+  return {};
+}
+
+Expected<std::vector<KernelTiming>> CudaBackend::profile_prefill(CudaState& st,
+                                                                 std::span<const int32_t> tokens) {
+  ORCHID_TRY(check_forward_input(tokens, c_.n_vocab, st.n_past_, st.capacity_));
+  if (!prefill_supported()) return err("this model's shapes have no chunked prefill");
+  Profiler prof(stream_);
+  std::vector<float> logits(size_t(c_.n_vocab));
+  prof.mark("start", 0);
+  ORCHID_TRY(forward_chunked(st, tokens, LogitsMode::last, logits, 0, &prof));
+  std::vector<KernelTiming> out;
+  for (size_t i = 1; i < prof.marks.size(); ++i) {
+    float ms = 0;
+    ORCHID_CUDA(cudaEventElapsedTime(&ms, prof.marks[i - 1].second, prof.marks[i].second));
+    out.push_back({prof.marks[i].first, double(ms), prof.bytes[i]});
+  }
+  return out;
+}
+
+}  // namespace orchid::cuda

@@ -1,0 +1,450 @@
+// Tile machinery of the prefill GEMMs (gemm.cu, expert_gemm.cu): one block computes
+// C[BM, 128] = A[BM, K] · Bᵀ, A fp16 rows (any row addresses: gathered tokens work too) and B
+// 128 rows of a q4 / q8 / bf16 DevMatrix (or of an fp16 matrix: the dequantisation ablation), fp16
+// products with fp32 accumulation on the tensor cores: wgmma on sm_90a for tiles of 64 or 128 rows,
+// mma.sync m16n8k16 otherwise (smaller tiles, and sm_80 code).
+//
+// Per k-step of 64 elements, cp.async copies A's [BM, 64] fp16 tile and B's raw 16-byte units
+// (q4/q8: and one (scale, bias) word per unit) into one of `kStages` shared stages. Each thread
+// dequantises the units it copied itself into an fp16 [128, 64] tile (double-buffered) that the
+// tensor cores then read like A; the full fp16 weight never exists in device memory. Iteration k:
+// wait for stage k + 1, one barrier, then multiply stage k, issue stage k + kStages - 1 and
+// dequantise stage k + 1 (wgmma multiplies asynchronously, behind the copies and the dequantising).
+// fp16 B has nothing to dequantise: its stages are the tiles, waited for one step later.
+//
+// Shared tiles are [rows, 64] fp16, 8 chunks of 16 bytes per row; chunk c of row r sits at chunk
+// c ^ (r & 7): wgmma's 128-byte swizzle (tiles start on 1024 bytes). ldmatrix's 8 row addresses
+// per matrix, the cp.async writes and the dequantising stores (a quarter-warp covers 8 distinct
+// chunk columns) are all free of bank conflicts.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "orchid/backend/cuda/mma_q4.cuh"  // mma_16816
+
+// Its own namespace: the PTX wrappers' plain names (smem_addr, cp_async16, ldmatrix_x4) are also
+// used by other kernel files.
+namespace orchid::cuda::tile {
+
+// What a B tile is read from: the three DevFormats, or plain fp16 rows (the ablation's buffer).
+enum class TileB : uint8_t { q4, q8, bf16, f16 };
+
+__host__ __device__ constexpr int tile_unit_elems(TileB b) {
+  return b == TileB::q4 ? 32 : b == TileB::q8 ? 16 : 8;
+}
+
+constexpr int kTileK = 64;      // elements per k-step (one q4 group of 64)
+constexpr int kTileRowB = 128;  // bytes per shared tile row: 64 fp16
+
+// A block's tile shape: BM rows of A × 128 rows of B, WARPS_M × WARPS_N warps.
+// Warpgroup layout (WARPS_N = 1, a warp per 16 rows): on sm_90a each 4 consecutive warps multiply
+// their 64 rows by all 128 B rows with wgmma (m64n128k16, both operands read from the swizzled
+// shared tiles); elsewhere (and for 16- or 32-row tiles) warps multiply their own
+// (BM / WARPS_M) × (128 / WARPS_N) part with mma.sync m16n8k16, A and B fragments from ldmatrix.
+// Both leave a warp's results in the mma C layout (acc[i][j]: m16 fragment i, n8 fragment j).
+// GATED: B rows [0, 64) and [64, 128) are two matrices (gate, up) at the same output columns, and
+// each warp's fragments j < NJ / 2 pair with j + NJ / 2 (gate with up).
+template <TileB B_, int BM_, int WARPS_M, int WARPS_N, bool GATED_>
+struct TileCfg {
+  static constexpr TileB B = B_;
+  static constexpr bool kGated = GATED_, kDequant = B != TileB::f16;
+  static constexpr int BM = BM_, BN = 128;
+  static constexpr int kWarpsM = WARPS_M, kWarpsN = WARPS_N, kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr bool kWgmma = kWarpsN == 1 && BM == 16 * kWarpsM && BM % 64 == 0;
+  static constexpr int WM = BM / kWarpsM, WN = BN / kWarpsN;  // a warp's rows of A and of B
+  static constexpr int MI = WM / 16, NJ = WN / 8;             // its m16 and n8 fragments
+  static constexpr int E = tile_unit_elems(B);
+  static constexpr int kUnitsPerRow = kTileK / E;  // B units of one row per k-step
+  static constexpr int kUnits = BN * kUnitsPerRow;
+  static constexpr int kUnitsPerThread = kUnits / kThreads;
+  static constexpr int kAPerThread = BM * 8 / kThreads;  // 16-byte A chunks per thread
+  static constexpr bool kHasSb = B == TileB::q4 || B == TileB::q8;
+  // Stage: A tile | raw B units (fp16: the swizzled B tile) | (scale, bias) words. Every part is
+  // a multiple of 1024 bytes, so the tiles stay aligned to the 128-byte swizzle's 8-row atoms.
+  static constexpr int kABytes = BM * kTileRowB, kRawBytes = kUnits * 16;
+  static constexpr int kStageBytes = kABytes + kRawBytes + (kHasSb ? kUnits * 4 : 0);
+  static constexpr int kBhBytes = kDequant ? 2 * BN * kTileRowB : 0;  // dequantised, 2 buffers
+  __host__ __device__ static constexpr int smem_bytes(int stages) {
+    return stages * kStageBytes + kBhBytes;
+  }
+  // Resident blocks aimed at: 8 or 12 warps per SM. An SM has 228 KB of shared memory, 1 KB of
+  // it reserved per block; 4 stages where they fit, else 3 (the least the schedule needs). For
+  // 64-row q4 tiles, three blocks of 3 stages beat two of 4 (H200, experts' gate/up at T = 8192:
+  // 241 against 215 TFLOP/s).
+  static constexpr int kMinBlocks = kThreads >= 256 ? 2 : 3;
+  static constexpr int kStages = smem_bytes(4) <= (228 - kMinBlocks) * 1024 / kMinBlocks ? 4 : 3;
+  static constexpr int kSmem = smem_bytes(kStages);
+
+  static_assert(BM % (16 * kWarpsM) == 0 && kAPerThread >= 1 && BM * 8 % kThreads == 0);
+  static_assert(kUnits % kThreads == 0 && kUnitsPerThread >= 1);
+  static_assert(kStageBytes % 1024 == 0 && kBhBytes % 1024 == 0);
+  static_assert(!kGated || NJ % 4 == 0, "gate and up need whole ldmatrix.x4 pairs each");
+
+  // B tile row of a warp's fragment j (warp column wn).
+  __device__ static constexpr int b_row(int wn, int j) {
+    if constexpr (kGated)
+      return j < NJ / 2 ? wn * (WN / 2) + 8 * j : BN / 2 + wn * (WN / 2) + 8 * (j - NJ / 2);
+    return wn * WN + 8 * j;
+  }
+};
+
+// Where one thread's copies come from. A: the rows of its kAPerThread chunks (null: a masked
+// row, zero-filled); B: the rows of its units (16-byte units, null: masked) and their (scale,
+// bias) rows. Chunk p of A is row (tid + p · kThreads) / 8, column chunk tid % 8; unit p of B is
+// row (tid + p · kThreads) / kUnitsPerRow, unit (tid + p · kThreads) % kUnitsPerRow of the step.
+template <class Cfg>
+struct TileSrc {
+  const uint16_t* a[Cfg::kAPerThread];
+  const uint4* b[Cfg::kUnitsPerThread];
+  const uint32_t* sb[Cfg::kUnitsPerThread];
+  int k = 0;         // reduction length (elements): A columns and B columns
+  int sb_shift = 0;  // q4/q8: log2(units per (scale, bias) group)
+};
+
+// ---- PTX wrappers ------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global → shared, bypassing L1; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Until at most N of this thread's committed groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// ---- Hopper warpgroup MMA (sm_90a only) -------------------------------------------------------
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kHaveWgmma = true;
+#else
+constexpr bool kHaveWgmma = false;
+#endif
+
+// Descriptor of a K-major [rows, 64] fp16 shared tile in the tile_off layout, which is wgmma's
+// 128-byte swizzle when the tile starts on 1024 bytes: 8-row atoms 1024 bytes apart (stride byte
+// offset); the leading byte offset is unused for this layout. Adding 2 steps 32 bytes = k16.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3ffff) >> 4) | uint64_t(1) << 16 | uint64_t(1024 >> 4) << 32 |
+         uint64_t(1) << 62;
+}
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+// Waits for all of this warpgroup's wgmma; d is named so that the compiler keeps the
+// accumulators in place until then.
+__device__ __forceinline__ void wgmma_wait_all(float (&d)[64]) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned 0;"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                 "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+                 "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+                 "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                 "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+                 "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                 "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                 "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                 "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+                 "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                 "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               :
+               : "memory");
+#endif
+}
+// Orders this thread's generic-proxy shared writes (cp.async, the dequantised tile) before the
+// tensor cores' (async proxy) reads that follow the next barrier.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+// d[64 rows, 128 cols] += A[64, 16] · B[128, 16]ᵀ, both K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(a), "l"(b), "r"(1));
+#endif
+}
+
+// Byte offset of chunk c (8 elements) of row r in a swizzled [rows, 64] fp16 tile.
+__device__ __forceinline__ uint32_t tile_off(int r, int c) {
+  return uint32_t(r * kTileRowB + ((c ^ (r & 7)) << 4));
+}
+
+// ---- Dequantisation: one 16-byte unit → E / 8 chunks of fp16 -------------------------------
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) {
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ __half2 bits_h2(uint32_t u) {
+  return *reinterpret_cast<const __half2*>(&u);
+}
+
+// Codes as fp16 pairs (1024 + q0, 1024 + q1) (bits 0x6400 | q), then q = h − 1024 (exact) and
+// s·q + b with one rounding (fma). s and b are bf16, exact in fp16 unless below fp16's normal
+// range (|x| < 2^-14), where they keep 2^-24 absolute precision.
+__device__ __forceinline__ uint32_t affine_pair(uint32_t h, __half2 s, __half2 b) {
+  return h2_bits(__hfma2(__hsub2(bits_h2(h), __float2half2_rn(1024.f)), s, b));
+}
+
+template <TileB B>
+__device__ __forceinline__ void dequant_unit(uint4 raw, uint32_t sb,
+                                             uint4 (&out)[tile_unit_elems(B) / 8]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (B == TileB::q4) {
+    // Word i holds elements 8i … 8i + 7 (nibble j = element 8i + j) = chunk i. Byte p of w
+    // holds elements 2p (low nibble) and 2p + 1; byte p of w >> 4 has the latter in its low
+    // nibble; a byte permute puts the two in the halves' low bytes and a mask + OR makes them
+    // 0x6400 | q.
+    const __half2 s = __float2half2_rn(bf16_lo(sb)), b = __float2half2_rn(bf16_hi(sb));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t hi = w[i] >> 4;
+      uint32_t o[4];
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const uint32_t sel =
+            uint32_t(p) | uint32_t(p) << 4 | uint32_t(4 + p) << 8 | uint32_t(4 + p) << 12;
+        o[p] = affine_pair((__byte_perm(w[i], hi, sel) & 0x000f000fu) | 0x64006400u, s, b);
+      }
+      out[i] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  } else if constexpr (B == TileB::q8) {
+    // Word i holds elements 4i … 4i + 3 (byte j); chunk c is words 2c and 2c + 1.
+    const __half2 s = __float2half2_rn(bf16_lo(sb)), b = __float2half2_rn(bf16_hi(sb));
+    uint32_t o[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      o[2 * i] = affine_pair(__byte_perm(w[i], 0x64646464u, 0x4140), s, b);
+      o[2 * i + 1] = affine_pair(__byte_perm(w[i], 0x64646464u, 0x4342), s, b);
+    }
+    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    out[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  } else {
+    // bf16 pairs → fp16 pairs (round to nearest; the model's weights are far inside fp16's range).
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = h2_bits(__floats2half2_rn(bf16_lo(w[i]), bf16_hi(w[i])));
+    out[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+// ---- The main loop ---------------------------------------------------------------------------
+
+// acc[i][j] = the warp's fragment (m16 i, n8 j) of A · Bᵀ over all of src.k, in the mma C layout:
+// lane (g = lane / 4, t = lane % 4) holds rows g, g + 8 × columns 2t, 2t + 1 of the fragment.
+// `smem` holds Cfg::kSmem bytes, 1024-byte aligned. Whole block.
+template <class Cfg>
+__device__ __forceinline__ void tile_mainloop(const TileSrc<Cfg>& src, char* smem,
+                                              float (&acc)[Cfg::MI][Cfg::NJ][4]) {
+  constexpr int S = Cfg::kStages, E = Cfg::E, UPR = Cfg::kUnitsPerRow;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
+  const int nk = (src.k + kTileK - 1) / kTileK, k_units = src.k / E;
+  const uint32_t base = smem_addr(smem);
+  char* const bh = smem + S * Cfg::kStageBytes;  // dequantised B, 2 × [128, 64] fp16
+
+#pragma unroll
+  for (int i = 0; i < Cfg::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::NJ; ++j)
+      acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+
+  // Copies of k-step ks into stage ks % S; a group is committed even past the end so that the
+  // wait counts below stay uniform.
+  auto issue = [&](int ks) {
+    if (ks < nk) {
+      const uint32_t st = base + (ks % S) * Cfg::kStageBytes;
+      const int k0 = ks * kTileK, ch = tid & 7;
+      const bool a_in = k0 + 8 * ch < src.k;
+#pragma unroll
+      for (int p = 0; p < Cfg::kAPerThread; ++p) {
+        const int r = (tid + p * Cfg::kThreads) >> 3;
+        const uint16_t* a = src.a[p];
+        cp_async16(st + tile_off(r, ch), a ? a + k0 + 8 * ch : a, a && a_in);
+      }
+#pragma unroll
+      for (int p = 0; p < Cfg::kUnitsPerThread; ++p) {
+        const int u = tid + p * Cfg::kThreads, r = u / UPR, cu = ks * UPR + u % UPR;
+        const bool in = src.b[p] && cu < k_units;
+        if constexpr (Cfg::B == TileB::f16) {
+          cp_async16(st + Cfg::kABytes + tile_off(r, u % UPR), src.b[p] + cu, in);
+        } else {
+          cp_async16(st + Cfg::kABytes + u * 16, src.b[p] + cu, in);
+          if constexpr (Cfg::kHasSb)
+            cp_async4(st + Cfg::kABytes + Cfg::kRawBytes + u * 4, src.sb[p] + (cu >> src.sb_shift),
+                      in);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+
+  // Dequantises this thread's units of k-step ks (its own copies: no barrier needed before).
+  auto dequant = [&](int ks) {
+    const char* st = smem + (ks % S) * Cfg::kStageBytes;
+    char* out = bh + (ks & 1) * Cfg::BN * kTileRowB;
+#pragma unroll
+    for (int p = 0; p < Cfg::kUnitsPerThread; ++p) {
+      const int u = tid + p * Cfg::kThreads, r = u / UPR, c0 = (u % UPR) * (E / 8);
+      const uint4 raw = *reinterpret_cast<const uint4*>(st + Cfg::kABytes + u * 16);
+      uint32_t sb = 0;
+      if constexpr (Cfg::kHasSb)
+        sb = *reinterpret_cast<const uint32_t*>(st + Cfg::kABytes + Cfg::kRawBytes + u * 4);
+      uint4 ch[E / 8];
+      dequant_unit<Cfg::B>(raw, sb, ch);
+#pragma unroll
+      for (int c = 0; c < E / 8; ++c) *reinterpret_cast<uint4*>(out + tile_off(r, c0 + c)) = ch[c];
+    }
+  };
+
+  // mma.sync: ldmatrix lane addresses. A x4 (rows 0-7 | 8-15) × (k 0-7 | 8-15): lane l gives row
+  // l & 15 of chunk l >> 4. B x4 (two n8 fragments) × (k 0-7 | 8-15): row (l >> 4) · 8 + (l & 7)
+  // of chunk (l >> 3) & 1. Fragment rows start at multiples of 8, so the swizzle key is l & 7.
+  const int a_hi = lane >> 4, b_hi = (lane >> 3) & 1, key = lane & 7;
+  uint32_t a_row[Cfg::MI], b_row[Cfg::NJ / 2];
+#pragma unroll
+  for (int i = 0; i < Cfg::MI; ++i) a_row[i] = (wm * Cfg::WM + 16 * i + (lane & 15)) * kTileRowB;
+#pragma unroll
+  for (int j = 0; j < Cfg::NJ / 2; ++j)
+    b_row[j] = (Cfg::b_row(wn, 2 * j) + (lane >> 4) * 8 + key) * kTileRowB;
+
+  auto a_tile = [&](int ks) { return base + (ks % S) * Cfg::kStageBytes; };
+  auto b_tile = [&](int ks) {
+    return Cfg::kDequant ? smem_addr(bh + (ks & 1) * Cfg::BN * kTileRowB)
+                         : a_tile(ks) + Cfg::kABytes;
+  };
+  auto multiply = [&](int ks) {
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      uint32_t af[Cfg::MI][4], bf[Cfg::NJ / 2][4];
+#pragma unroll
+      for (int i = 0; i < Cfg::MI; ++i)
+        ldmatrix_x4(af[i], a_tile(ks) + a_row[i] + (((2 * kk + a_hi) ^ key) << 4));
+#pragma unroll
+      for (int j = 0; j < Cfg::NJ / 2; ++j)
+        ldmatrix_x4(bf[j], b_tile(ks) + b_row[j] + (((2 * kk + b_hi) ^ key) << 4));
+#pragma unroll
+      for (int i = 0; i < Cfg::MI; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::NJ; ++j)
+          mma_16816(acc[i][j], af[i], bf[j / 2][2 * (j & 1)], bf[j / 2][2 * (j & 1) + 1]);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+  if constexpr (Cfg::kDequant) {
+    cp_async_wait<S - 2>();
+    dequant(0);
+  }
+  if constexpr (Cfg::kWgmma && kHaveWgmma) {
+    // The warpgroup's 64 rows × 128 columns are its warps' acc in the same C layout (warp w of
+    // the group: rows 16w …, n8 fragment j = registers 4j … 4j + 3).
+    static_assert(Cfg::MI == 1 && Cfg::NJ == 16);
+    float(&d)[64] = reinterpret_cast<float(&)[64]>(acc);
+    const uint32_t a_off = (warp / 4) * 64 * kTileRowB;
+    for (int ks = 0; ks < nk; ++ks) {
+      cp_async_wait<Cfg::kDequant ? S - 3 : S - 2>();
+      fence_proxy_async();
+      __syncthreads();
+      // Step ks on the tensor cores while this thread copies ahead and dequantises ks + 1 (the
+      // other buffer; its last reader, step ks - 1, finished before the barrier).
+      wgmma_fence();
+      const uint64_t da = wgmma_desc(a_tile(ks) + a_off), db = wgmma_desc(b_tile(ks));
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) wgmma_m64n128k16(d, da + 2 * kk, db + 2 * kk);
+      wgmma_commit();
+      issue(ks + S - 1);
+      if constexpr (Cfg::kDequant)
+        if (ks + 1 < nk) dequant(ks + 1);
+      wgmma_wait_all(d);
+    }
+  } else {
+    for (int ks = 0; ks < nk; ++ks) {
+      // Dequantising: stage ks + 1 must have landed (ks was waited for one step earlier).
+      cp_async_wait<Cfg::kDequant ? S - 3 : S - 2>();
+      // Every thread's copies are visible, and every warp is done with step ks - 1: its stage
+      // (refilled next) and its dequantised buffer (rewritten next).
+      __syncthreads();
+      issue(ks + S - 1);
+      if constexpr (Cfg::kDequant)
+        if (ks + 1 < nk) dequant(ks + 1);
+      multiply(ks);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// ---- Host side -------------------------------------------------------------------------------
+
+// Checks w as a tile GEMM's B (reduction length K = w.cols) and returns log2(units per (scale,
+// bias) group) (0 for bf16). Rows are whole units with no padding (K a multiple of the unit, so
+// A's rows are whole 16-byte chunks too); groups are powers of two of whole units dividing K.
+inline Expected<int> tile_matrix_shift(const DevMatrix& w, const char* what) {
+  const int e = unit_elems(w.fmt);
+  if (!w.w || w.rows <= 0 || w.cols <= 0) return err(what, ": empty weight matrix");
+  if (reinterpret_cast<uintptr_t>(w.w) % 16 != 0) return err(what, ": weights not 16-byte aligned");
+  if (w.cols % e != 0 || w.units != w.cols / e)
+    return err(what, ": ", w.cols, " columns are not whole ", e, "-element units (", w.units,
+               " units)");
+  if (w.fmt == DevFormat::bf16) return 0;
+  const int upg = w.group / e;
+  if (!w.sb || w.group <= 0 || w.group % e != 0 || (upg & (upg - 1)) != 0 || w.cols % w.group != 0)
+    return err(what, ": group ", w.group, " unsupported for ", w.cols, " columns");
+  int shift = 0;
+  while ((1 << shift) < upg) ++shift;
+  return shift;
+}
+
+// Allows Cfg's dynamic shared memory for `kernel` (set on every launch, cheap, so it holds for
+// whichever device is current).
+template <class Kernel>
+Status allow_smem(Kernel kernel, int bytes, const char* what) {
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return err(what, ": ", cudaGetErrorString(e));
+  return {};
+}
+
+}  // namespace orchid::cuda::tile

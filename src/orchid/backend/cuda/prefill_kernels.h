@@ -1,0 +1,168 @@
+// The prefill kernels (a chunk of T prompt tokens per launch) as seen from the host. Activations
+// between layers are fp32 [T, width] rows; the operands the tensor cores read are fp16 (10-bit
+// mantissa: 8× finer than bf16, so a chunk's logits stay as close to the fp32 reference as the
+// decode path's int8 hi+lo codes keep them; the values here are normed or gated and far inside
+// fp16's range). Plain C++ (no CUDA syntax) so that g++ can include it.
+#pragma once
+
+#include <cstdint>
+
+#include "orchid/backend/cuda/kernels.h"
+
+namespace orchid::cuda {
+
+// ---- Dense projections: C[M, N] (+)= A[M, K] · Wᵀ, W = DevMatrix [N, K] -----------------------
+
+struct GemmParams {
+  DevMatrix w;                  // [N, K]: q4 / q8 dequantised tile by tile in shared memory; bf16
+  const uint16_t* a = nullptr;  // [M, lda] fp16 bits
+  int lda = 0;                  // elements; a multiple of 8
+  int m = 0;                    // rows (tokens)
+  float* c = nullptr;           // [M, ldc] fp32
+  int ldc = 0;                  // elements
+  const float* add = nullptr;   // optional [M, ldc] added to the product (may equal c)
+};
+Status launch_gemm(const GemmParams& p, cudaStream_t s);
+
+// Whether the q4 / q8 tiles are dequantised inside the GEMM (default) or the whole matrix is
+// first dequantised to an fp16 buffer that a plain GEMM then reads (the ablation; the buffer is
+// the largest matrix's size, held by the backend). Process-wide; the backend sets it.
+bool gemm_fused_dequant_enabled();
+void set_gemm_fused_dequant_enabled(bool on);
+// w [N, K] dequantised into out [N, K] fp16 (the ablation's first half).
+Status launch_dequant_f16(const DevMatrix& w, uint16_t* out, cudaStream_t s);
+// The ablation's fp16 buffer ([elems], at least the largest q4 / q8 matrix's rows · cols), used
+// by launch_gemm with the fused dequantisation off; the backend sets it (null: none, and such a
+// launch fails). Launches that use it must be ordered (one stream).
+void set_gemm_dequant_scratch(uint16_t* buf, int64_t elems);
+
+// ---- Row-wise helpers -------------------------------------------------------------------------
+
+// out[t, :] = fp16(x[t, :] · rsqrt(mean(x[t, :]²) + eps) · w), one block per row.
+Status launch_rms_norm_rows_f16(const float* x, const float* w, float eps, int rows, int n,
+                                uint16_t* out, cudaStream_t s);
+// h[t, :] = dequantised row tokens[t] of the embedding, t < T.
+Status launch_embed_rows(const DevMatrix& embd, const int* tokens, int T, float* h, int n_embd,
+                         cudaStream_t s);
+
+// ---- MoE over a chunk -------------------------------------------------------------------------
+
+// logits[t, :] = [router; shared_gate] · x̂_t with x̂_t = h_t · rsqrt(mean(h_t²) + eps) · norm, all
+// in fp32 (router_prefill.cu says why not on the tensor cores). logits [T, router.rows + 1].
+Status launch_router_logits_f32(const float* h, const float* norm, float eps, int T, int n_embd,
+                                const DevMatrix& router, const DevMatrix& shared_gate,
+                                float* logits, cudaStream_t s);
+
+// The routing of T tokens sorted by expert. "Pairs" are (token, slot) assignments: slot < top_k
+// a routed expert, slot top_k the shared expert (stacked as expert n_expert). Sorted by expert,
+// then by token, so every run is deterministic.
+struct MoeRouting {
+  int T = 0, n_expert = 0, top_k = 0;  // pairs = T · (top_k + 1)
+  // false: the shared expert is kept apart (its own dense GEMMs); its pairs are left out of the
+  // sorted order and the tile map.
+  bool shared_stacked = true;
+  const float* logits = nullptr;  // [T, n_expert + 1]: router logits, then the shared gate
+  int* pair_token = nullptr;      // [pairs] in sorted order
+  int* pair_slot = nullptr;       // [pairs]
+  float* pair_w = nullptr;        // [pairs] routing weight (softmax over the top_k,
+                                  // renormalised) or the shared expert's sigmoid gate
+  int* sel = nullptr;             // [T, top_k + 1] scratch: stacked expert per slot
+  float* sel_w = nullptr;         // [T, top_k + 1] scratch
+  int* counts = nullptr;          // [n_expert + 1] scratch: pairs per stacked expert
+  int* offsets = nullptr;         // [n_expert + 1] scratch: each expert's first sorted pair
+  // Tiles of at most tile_rows consecutive sorted pairs of one expert: 16, 32, 64 or 128 (the
+  // expert GEMMs' variants; 128 pays once experts average a few hundred rows, 16 / 32 for few).
+  int tile_rows = 64;
+  int max_tiles = 0;           // ≥ T · (top_k + 1) / tile_rows + n_expert + 1
+  int* n_tiles = nullptr;      // device scalar
+  int* tile_expert = nullptr;  // [max_tiles]
+  int* tile_begin = nullptr;   // [max_tiles] first sorted pair
+  int* tile_end = nullptr;     // [max_tiles] one past the last
+};
+// Top-k per token, then counting by expert, offsets, the sorted pairs and the tile map: all on
+// the device, no host synchronisation.
+Status launch_moe_route_sort(const MoeRouting& r, cudaStream_t s);
+
+struct ExpertGateUpParams {
+  DevMatrix gate, up;  // stacked [(n_expert + 1) · n_ff, K]
+  int n_ff = 0;
+  const uint16_t* x = nullptr;    // [T, K] fp16 normed hidden
+  const MoeRouting* r = nullptr;  // host copy of the routing's pointers
+  uint16_t* act = nullptr;        // [pairs, n_ff] fp16 silu(gate) ⊙ up per sorted pair
+};
+struct ExpertDownParams {
+  DevMatrix down;  // stacked [(n_expert + 1) · n_embd, n_ff]
+  int n_embd = 0, n_ff = 0;
+  const uint16_t* act = nullptr;  // [pairs, n_ff]
+  const MoeRouting* r = nullptr;
+  float* slot_out = nullptr;  // [T, top_k + 1, n_embd]: w · down(act) of each (token, slot)
+};
+Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s);
+Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s);
+// A shared expert kept apart (other shape than the routed ones) runs as dense GEMMs over all T
+// tokens: act = fp16(silu(gate) · up) ([T, n] each), and its down rows (written into slot_out's
+// shared slot, rows ldy apart) scaled by sigmoid of the shared gate's logit (logit[t · ld]).
+Status launch_silu_mul_rows_f16(const float* gate, const float* up, int T, int n, uint16_t* act,
+                                cudaStream_t s);
+Status launch_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, const float* logit, int ld,
+                                 cudaStream_t s);
+// h[t] += Σ_slot slot_out[t, slot] in slot order (deterministic).
+Status launch_moe_combine(const float* slot_out, int T, int n_slot, int n_embd, float* h,
+                          cudaStream_t s);
+
+// ---- Gated attention over a chunk -------------------------------------------------------------
+
+struct AttnPrefillParams {
+  float* qg = nullptr;              // [T, n_head, 2 · hd]: query | gate; q normed + roped in place
+  const float* k = nullptr;         // [T, n_head_kv · hd] (before norm and RoPE)
+  const float* v = nullptr;         // [T, n_head_kv · hd]
+  const float* q_norm = nullptr;    // [hd]
+  const float* k_norm = nullptr;    // [hd]
+  const float* inv_freq = nullptr;  // [n_rot / 2]
+  float eps = 1e-6f;
+  int n_head = 0, n_head_kv = 0, hd = 0, n_rot = 0;
+  uint16_t* kc = nullptr;   // [capacity, n_head_kv, hd] bf16, post-RoPE; rows pos0 … pos0+T-1
+  uint16_t* vc = nullptr;   // written by the norm launch
+  int pos0 = 0, T = 0;      // the chunk's first position and length
+  uint16_t* out = nullptr;  // [T, n_head · hd] fp16: attention ⊙ sigmoid(gate)
+};
+// q/k RMSNorm + partial RoPE for every token of the chunk, K and V into the cache.
+Status launch_qk_norm_rope_kv_prefill(const AttnPrefillParams& p, cudaStream_t s);
+// Causal flash attention of the chunk's queries over cache rows [0, pos0 + T): tiles of keys
+// with an online softmax, GQA-aware (one K/V tile serves the group's heads); the score matrix
+// never leaves the chip.
+Status launch_attention_prefill(const AttnPrefillParams& p, cudaStream_t s);
+// The ablation: scores materialised in `scores` ([n_head, T, pos0 + T] fp32), softmax, then P·V.
+Status launch_attention_prefill_naive(const AttnPrefillParams& p, float* scores, cudaStream_t s);
+
+// ---- Gated DeltaNet over a chunk ----------------------------------------------------------------
+
+struct GdnPrefillParams {
+  const float* qkv = nullptr;      // [T, conv_dim] raw in_proj_qkv output
+  const float* z = nullptr;        // [T, hv · dv]
+  const float* b = nullptr;        // [T, hv]
+  const float* a = nullptr;        // [T, hv]
+  const float* conv_w = nullptr;   // [conv_dim, K]: tap K-1 multiplies the current token
+  float* conv_ring = nullptr;      // [conv_dim, K]: raw inputs, slot p % K holds position p
+  float* S = nullptr;              // [hv, dk, dv] recurrent state, updated through the chunk
+  const float* A_log = nullptr;    // [hv]
+  const float* dt_bias = nullptr;  // [hv]
+  const float* norm = nullptr;     // [dv] gated RMSNorm weight
+  int hk = 0, hv = 0, dk = 0, dv = 0, K = 0;
+  float eps = 1e-6f;
+  int pos0 = 0, T = 0;
+  // Scratch: [T, conv_dim] conv + SiLU output, q and k L2-normed (q also · 1/√dk) in place;
+  // [T, hv] β and decay; [T, hv · dv] the raw (pre-norm) outputs.
+  float* conv_out = nullptr;
+  float* beta = nullptr;
+  float* decay = nullptr;
+  float* o = nullptr;
+  uint16_t* out = nullptr;  // [T, hv · dv] fp16 gated-RMSNormed outputs (the out projection's A)
+};
+// Conv + SiLU over the chunk (the ring supplies the taps before pos0, then takes the chunk's last
+// raw inputs), q/k L2 norms, β and decay; the delta-rule scan with the state in registers (every
+// state column is independent given q, k, β, decay: blocks take (head, column range) pairs); the
+// gated RMSNorm.
+Status launch_gdn_prefill(const GdnPrefillParams& p, cudaStream_t s);
+
+}  // namespace orchid::cuda

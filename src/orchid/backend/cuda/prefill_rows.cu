@@ -1,0 +1,89 @@
+// Row-wise prefill kernels: the embedding rows of a chunk's tokens, the RMSNorm of every row into
+// the fp16 operand the GEMMs read, and the elementwise steps of a shared expert kept apart from the
+// stacked ones.
+#include <cuda_fp16.h>
+
+#include "orchid/backend/cuda/device_common.cuh"
+#include "orchid/backend/cuda/prefill_kernels.h"
+
+namespace orchid::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void kernel_embed_rows(const __grid_constant__ DevMatrix m, const int* tokens, float* h,
+                                  int n_embd) {
+  const int64_t row = tokens[blockIdx.y];
+  float* out = h + size_t(blockIdx.y) * n_embd;
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n_embd; c += gridDim.x * blockDim.x)
+    out[c] = matrix_element(m, row, c);
+}
+
+// One block per row.
+__global__ void __launch_bounds__(kThreads)
+    kernel_rms_norm_rows_f16(const float* x, const float* w, float eps, int n, uint16_t* out) {
+  __shared__ float scratch[32];
+  const float* xr = x + size_t(blockIdx.x) * n;
+  __half* o = reinterpret_cast<__half*>(out) + size_t(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = __float2half_rn(xr[i] * inv * w[i]);
+}
+
+// Thread per (token, column) of the shared expert kept apart: act = fp16(silu(gate) · up), gate
+// and up [T, n] each.
+__global__ void kernel_silu_mul_rows_f16(const float* gate, const float* up, int64_t n_all,
+                                         uint16_t* act) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n_all) return;
+  const float g = gate[i];
+  reinterpret_cast<__half*>(act)[i] = __float2half_rn(g / (1.f + expf(-g)) * up[i]);
+}
+
+// y[t, c] *= sigmoid(logit[t · ld]) (the shared expert's gate), y rows ldy apart.
+__global__ void kernel_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, const float* logit,
+                                          int ld) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= int64_t(T) * n) return;
+  const int64_t t = i / n, c = i % n;
+  y[t * ldy + c] *= 1.f / (1.f + expf(-logit[t * ld]));
+}
+
+}  // namespace
+
+Status launch_silu_mul_rows_f16(const float* gate, const float* up, int T, int n, uint16_t* act,
+                                cudaStream_t s) {
+  const int64_t n_all = int64_t(T) * n;
+  if (n_all < 1) return err("silu·mul rows: ", T, " × ", n);
+  kernel_silu_mul_rows_f16<<<unsigned((n_all + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      gate, up, n_all, act);
+  return last_launch("silu*mul rows");
+}
+
+Status launch_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, const float* logit, int ld,
+                                 cudaStream_t s) {
+  const int64_t n_all = int64_t(T) * n;
+  if (n_all < 1 || ldy < n) return err("sigmoid-scaled rows: ", T, " × ", n);
+  kernel_scale_rows_sigmoid<<<unsigned((n_all + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      y, ldy, T, n, logit, ld);
+  return last_launch("sigmoid-scaled rows");
+}
+
+Status launch_embed_rows(const DevMatrix& embd, const int* tokens, int T, float* h, int n_embd,
+                         cudaStream_t s) {
+  if (T < 1 || T > 65535 || n_embd != embd.cols)
+    return err("embedding rows: ", T, " tokens of width ", n_embd);
+  kernel_embed_rows<<<dim3((n_embd + kThreads - 1) / kThreads, T), kThreads, 0, s>>>(embd, tokens,
+                                                                                     h, n_embd);
+  return last_launch("embedding rows");
+}
+
+Status launch_rms_norm_rows_f16(const float* x, const float* w, float eps, int rows, int n,
+                                uint16_t* out, cudaStream_t s) {
+  if (rows < 1 || n < 1) return err("rms norm rows: ", rows, " × ", n);
+  kernel_rms_norm_rows_f16<<<rows, kThreads, 0, s>>>(x, w, eps, n, out);
+  return last_launch("rms norm rows");
+}
+
+}  // namespace orchid::cuda
