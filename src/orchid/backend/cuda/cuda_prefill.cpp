@@ -201,13 +201,15 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   r.shared_stacked = !L.shared_apart;
   r.pair_token = P.pair_token, r.pair_slot = P.pair_slot, r.pair_w = P.pair_w;
   r.sel = P.sel, r.sel_w = P.sel_w, r.counts = P.counts, r.offsets = P.offsets;
-  // Rows per tile from the average routed rows per expert (the shared expert takes all T).
+  // Rows per tile from the average routed rows per expert (the shared expert takes all T), by the
+  // measured ablation (docs/bench.md): 64-row tiles were best or within 2 % from 512 tokens (16
+  // rows per expert) to 2K, 128 rows at 8K (256 per expert).
   const int per_expert = T * c_.n_expert_used / std::max(E, 1);
   const int t = sw_.prefill_tile;
   r.tile_rows = t == 16 || t == 32 || t == 64 || t == 128 ? t
-                : per_expert <= 16                        ? 16
-                : per_expert <= 32                        ? 32
-                : per_expert <= 64                        ? 64
+                : per_expert <= 4                         ? 16
+                : per_expert <= 8                         ? 32
+                : per_expert <= 128                       ? 64
                                                           : 128;
   r.max_tiles = P.max_tiles, r.n_tiles = P.n_tiles;
   r.tile_expert = P.tile_expert, r.tile_begin = P.tile_begin, r.tile_end = P.tile_end;
