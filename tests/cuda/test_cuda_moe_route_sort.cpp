@@ -105,20 +105,10 @@ TEST(CudaRouterPrefill, LogitsMatchReference) {
     test::HostMatrix router(sh.fmt, sh.E, sh.H, rng), gate(sh.fmt, 1, sh.H, rng);
     auto h = test::random_floats(size_t(sh.T) * sh.H, -4.f, 4.f, rng);
     auto norm = test::random_floats(size_t(sh.H), 0.5f, 1.5f, rng);
-    DevBuf<uint32_t> rw(router.words), gw(gate.words);
-    DevBuf<uint32_t> rsb(router.sb.empty() ? std::vector<uint32_t>{0} : router.sb);
-    DevBuf<uint32_t> gsb(gate.sb.empty() ? std::vector<uint32_t>{0} : gate.sb);
-    auto dev = [](const test::HostMatrix& m, const DevBuf<uint32_t>& w,
-                  const DevBuf<uint32_t>& sb) {
-      cuda::DevMatrix d;
-      d.w = w.get(), d.sb = m.sb.empty() ? nullptr : sb.get(), d.rows = m.rows, d.cols = m.cols;
-      d.units = m.units, d.group = m.group, d.fmt = m.fmt;
-      return d;
-    };
+    const test::DeviceMatrix dr(router), dg(gate);
     DevBuf<float> dh(h), dn(norm), out(size_t(sh.T) * (sh.E + 1));
-    ASSERT_TRUE(cuda::launch_router_logits_f32(dh.get(), dn.get(), 1e-6f, sh.T, sh.H,
-                                               dev(router, rw, rsb), dev(gate, gw, gsb), out.get(),
-                                               nullptr)
+    ASSERT_TRUE(cuda::launch_router_logits_f32(dh.get(), dn.get(), 1e-6f, sh.T, sh.H, dr.m, dg.m,
+                                               out.get(), nullptr)
                     .ok());
     ORCHID_CUDA_OK(cudaDeviceSynchronize());
     const auto got = out.host();

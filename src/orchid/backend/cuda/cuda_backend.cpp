@@ -15,13 +15,6 @@ namespace orchid::cuda {
 
 namespace {
 
-template <class T>
-Expected<T*> alloc_n(DeviceArena& a, int64_t n) {
-  auto p = a.alloc(size_t(std::max<int64_t>(n, 1)) * sizeof(T));
-  if (!p) return p.error();
-  return static_cast<T*>(*p);
-}
-
 bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
@@ -97,11 +90,11 @@ Status CudaBackend::init() {
   const int ff = std::max(c_.n_ff_exp, c_.n_ff_shexp);
   act_stride_ = (ff + 31) / 32 * 32;
   const int group = c_.n_head / std::max(c_.n_head_kv, 1);
-#define ORCHID_ALLOC(dst, T, n)   \
-  do {                            \
-    auto r_ = alloc_n<T>(A, (n)); \
-    if (!r_) return r_.error();   \
-    dst = *r_;                    \
+#define ORCHID_ALLOC(dst, T, n) \
+  do {                          \
+    auto r_ = A.alloc_n<T>(n);  \
+    if (!r_) return r_.error(); \
+    dst = *r_;                  \
   } while (0)
   ORCHID_ALLOC(h_, float, H);
   ORCHID_ALLOC(xnorm_, float, H);
@@ -164,7 +157,7 @@ Expected<std::unique_ptr<BackendState>> CudaBackend::new_state(int64_t max_token
     if (c_.layer_types[l] == LayerKind::linear_attention)
       rec_floats += int64_t(c_.lin_conv_dim()) * c_.lin_conv_kernel +
                     int64_t(c_.lin_n_head_v) * c_.lin_head_dim_k * c_.lin_head_dim_v;
-  auto rec = alloc_n<float>(st->mem, rec_floats);
+  auto rec = st->mem.alloc_n<float>(rec_floats);
   if (!rec) return rec.error();
   st->rec_block = *rec;
   st->rec_bytes = rec_floats * 4;
@@ -172,9 +165,9 @@ Expected<std::unique_ptr<BackendState>> CudaBackend::new_state(int64_t max_token
   const int64_t kv = max_tokens * c_.n_head_kv * c_.head_dim;
   for (size_t l = 0; l < L; ++l) {
     if (c_.layer_types[l] == LayerKind::full_attention) {
-      auto k = alloc_n<uint16_t>(st->mem, kv);
+      auto k = st->mem.alloc_n<uint16_t>(kv);
       if (!k) return k.error();
-      auto v = alloc_n<uint16_t>(st->mem, kv);
+      auto v = st->mem.alloc_n<uint16_t>(kv);
       if (!v) return v.error();
       st->kc[l] = *k, st->vc[l] = *v;
     } else {
@@ -184,7 +177,7 @@ Expected<std::unique_ptr<BackendState>> CudaBackend::new_state(int64_t max_token
       p += int64_t(c_.lin_n_head_v) * c_.lin_head_dim_k * c_.lin_head_dim_v;
     }
   }
-  auto pos = alloc_n<int>(st->mem, 2);
+  auto pos = st->mem.alloc_n<int>(2);
   if (!pos) return pos.error();
   st->d_pos = *pos, st->d_halt = *pos + 1;
   return std::unique_ptr<BackendState>(std::move(st));
@@ -202,7 +195,7 @@ std::unique_ptr<StateSnapshot> CudaBackend::snapshot(const BackendState& state) 
   s->n_past_ = st.n_past_;
   s->rewinds_seen = st.rewinds.size();
   s->rec_bytes = st.rec_bytes;
-  auto p = alloc_n<float>(s->mem, st.rec_bytes / 4);
+  auto p = s->mem.alloc_n<float>(st.rec_bytes / 4);
   if (!p) return nullptr;
   s->rec = *p;
   if (cudaMemcpyAsync(s->rec, st.rec_block, size_t(st.rec_bytes), cudaMemcpyDeviceToDevice,

@@ -33,6 +33,17 @@ bool gemm_takes(const DevMatrix& w) {
   return w.group > 0 && w.cols % w.group == 0 && units > 0 && (units & (units - 1)) == 0;
 }
 
+// buf holds at least `need` elements of the ablations' arena afterwards (a larger buffer replaces
+// it; the arena frees everything with the prefill buffers).
+template <class T>
+Status grow(DeviceArena& arena, T*& buf, int64_t& have, int64_t need, const char* what) {
+  if (need <= have) return {};
+  auto r = arena.alloc_n<T>(need);
+  if (!r) return err(what, ": ", r.message());
+  buf = *r, have = need;
+  return {};
+}
+
 }  // namespace
 
 bool CudaBackend::prefill_supported() const {
@@ -65,10 +76,9 @@ Status CudaBackend::ensure_prefill_scratch(int chunk) {
   p->chunk = chunk;
   p->max_tiles = int(pairs / 16 + c_.n_expert + 1);  // 16: the smallest tile
   auto take = [&](auto*& dst, int64_t n) -> Status {
-    using T = std::remove_reference_t<decltype(*dst)>;
-    auto r = A.alloc(size_t(std::max<int64_t>(n, 1)) * sizeof(T));
+    auto r = A.alloc_n<std::remove_reference_t<decltype(*dst)>>(n);
     if (!r) return err("prefill buffers for chunks of ", chunk, " tokens: ", r.message());
-    dst = static_cast<T*>(*r);
+    dst = *r;
     return {};
   };
   ORCHID_TRY(take(p->tokens, C));
@@ -115,12 +125,8 @@ Status CudaBackend::prefill_gemm(const DevMatrix& w, const uint16_t* a, int lda,
                                  int ldc, const float* add) {
   if (!sw_.fused_dequant && w.fmt != DevFormat::bf16) {
     // The ablation's fp16 copy of the largest matrix it meets, grown on demand.
-    const int64_t elems = int64_t(w.rows) * w.cols;
-    if (elems > pf_->dequant_elems) {
-      auto r = pf_->extra.alloc(size_t(elems) * 2);
-      if (!r) return err("dequantised weight buffer: ", r.message());
-      pf_->dequant = static_cast<uint16_t*>(*r), pf_->dequant_elems = elems;
-    }
+    ORCHID_TRY(grow(pf_->extra, pf_->dequant, pf_->dequant_elems, int64_t(w.rows) * w.cols,
+                    "dequantised weight buffer"));
     set_gemm_dequant_scratch(pf_->dequant, pf_->dequant_elems);
   }
   GemmParams g;
@@ -149,12 +155,8 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* pro
   if (sw_.flash_prefill) {
     ORCHID_TRY(launch_attention_prefill(a, stream_));
   } else {
-    const int64_t elems = int64_t(c_.n_head) * T * (st.n_past_ + T);
-    if (elems > P.scores_elems) {
-      auto r = P.extra.alloc(size_t(elems) * 4);
-      if (!r) return err("attention scores buffer: ", r.message());
-      P.scores = static_cast<float*>(*r), P.scores_elems = elems;
-    }
+    ORCHID_TRY(grow(P.extra, P.scores, P.scores_elems, int64_t(c_.n_head) * T * (st.n_past_ + T),
+                    "attention scores buffer"));
     ORCHID_TRY(launch_attention_prefill_naive(a, P.scores, stream_));
   }
   if (prof) prof->mark("attention", 4 * pairs * hd * c_.n_head);

@@ -21,6 +21,13 @@ class DeviceArena {
   DeviceArena& operator=(const DeviceArena&) = delete;
   ~DeviceArena();
   Expected<void*> alloc(size_t bytes);  // zero-filled, 256-byte aligned
+  // n elements of T (at least one).
+  template <class T>
+  Expected<T*> alloc_n(int64_t n) {
+    auto p = alloc(size_t(n > 1 ? n : 1) * sizeof(T));
+    if (!p) return p.error();
+    return static_cast<T*>(*p);
+  }
   int64_t bytes() const { return bytes_; }
 
  private:

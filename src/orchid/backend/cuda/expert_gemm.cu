@@ -77,24 +77,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   tile_mainloop<Cfg>(src, smem, acc);
 
   // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns.
-  const int lane = tid & 31, warp = tid >> 5, wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
+  Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
+    if (r >= rows) return;
+    uint16_t* out = p.act + int64_t(j0 + r) * p.n_ff;
 #pragma unroll
-  for (int i = 0; i < Cfg::MI; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wm * Cfg::WM + 16 * i + (lane >> 2) + 8 * h;
-      if (r >= rows) continue;
-      uint16_t* out = p.act + int64_t(j0 + r) * p.n_ff;
-#pragma unroll
-      for (int j = 0; j < Cfg::NJ / 2; ++j) {
-        const int col = n0 + Cfg::b_row(wn, j) + 2 * (lane & 3);  // n_ff even: col + 1 fits too
-        if (col >= p.n_ff) continue;
-        const float* g = acc[i][j] + 2 * h;
-        const float* u = acc[i][j + Cfg::NJ / 2] + 2 * h;
-        *reinterpret_cast<__half2*>(out + col) =
-            __floats2half2_rn(silu(g[0]) * u[0], silu(g[1]) * u[1]);
-      }
+    for (int j = 0; j < Cfg::NJ / 2; ++j) {
+      const int col = n0 + col0(j);  // n_ff even: col + 1 fits too
+      if (col >= p.n_ff) continue;
+      const float* g = acc[i][j] + 2 * h;
+      const float* u = acc[i][j + Cfg::NJ / 2] + 2 * h;
+      *reinterpret_cast<__half2*>(out + col) =
+          __floats2half2_rn(silu(g[0]) * u[0], silu(g[1]) * u[1]);
     }
+  });
 }
 
 // Block: tile blockIdx.x, output columns [128 · blockIdx.y, +128); A = the tile's act rows.
@@ -122,25 +117,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   float acc[Cfg::MI][Cfg::NJ][4];
   tile_mainloop<Cfg>(src, smem, acc);
 
-  const int lane = tid & 31, warp = tid >> 5, wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
+  Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
+    if (r >= rows) return;
+    const int j = j0 + r;
+    const float w = p.t.pair_w[j];
+    float* out = p.slot_out + (int64_t(p.t.pair_token[j]) * p.n_slot + p.t.pair_slot[j]) * p.n_embd;
 #pragma unroll
-  for (int i = 0; i < Cfg::MI; ++i)
+    for (int f = 0; f < Cfg::NJ; ++f)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wm * Cfg::WM + 16 * i + (lane >> 2) + 8 * h;
-      if (r >= rows) continue;
-      const int j = j0 + r;
-      const float w = p.t.pair_w[j];
-      float* out =
-          p.slot_out + (int64_t(p.t.pair_token[j]) * p.n_slot + p.t.pair_slot[j]) * p.n_embd;
-#pragma unroll
-      for (int f = 0; f < Cfg::NJ; ++f)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int col = n0 + Cfg::b_row(wn, f) + 2 * (lane & 3) + c;
-          if (col < p.n_embd) out[col] = w * acc[i][f][2 * h + c];
-        }
-    }
+      for (int c = 0; c < 2; ++c) {
+        const int col = n0 + col0(f) + c;
+        if (col < p.n_embd) out[col] = w * acc[i][f][2 * h + c];
+      }
+  });
 }
 
 // h[t, i] += Σ_s slot_out[t, s, i] in slot order; one thread per 4 columns of a row.

@@ -48,23 +48,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   float acc[Cfg::MI][Cfg::NJ][4];
   tile_mainloop<Cfg>(src, smem, acc);
 
-  const int lane = tid & 31, warp = tid >> 5, wm = warp / Cfg::kWarpsN, wn = warp % Cfg::kWarpsN;
+  Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
+    const int row = m0 + r;
+    if (row >= p.m) return;
+    float* c = p.c + int64_t(row) * p.ldc;
+    const float* add = p.add ? p.add + int64_t(row) * p.ldc : nullptr;
 #pragma unroll
-  for (int i = 0; i < Cfg::MI; ++i)
+    for (int j = 0; j < Cfg::NJ; ++j)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = m0 + wm * Cfg::WM + 16 * i + (lane >> 2) + 8 * h;
-      if (row >= p.m) continue;
-      float* c = p.c + int64_t(row) * p.ldc;
-      const float* add = p.add ? p.add + int64_t(row) * p.ldc : nullptr;
-#pragma unroll
-      for (int j = 0; j < Cfg::NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = n0 + Cfg::b_row(wn, j) + 2 * (lane & 3) + e;
-          if (col < n) c[col] = acc[i][j][2 * h + e] + (add ? add[col] : 0.f);
-        }
-    }
+      for (int e = 0; e < 2; ++e) {
+        const int col = n0 + col0(j) + e;
+        if (col < n) c[col] = acc[i][j][2 * h + e] + (add ? add[col] : 0.f);
+      }
+  });
 }
 
 template <TileB B, int BM>

@@ -20,10 +20,11 @@
 
 #include <cuda_fp16.h>
 
+#include "orchid/backend/cuda/mma_bf16.cuh"
 #include "orchid/backend/cuda/mma_q4.cuh"  // mma_16816
 
-// Its own namespace: the PTX wrappers' plain names (smem_addr, cp_async16, ldmatrix_x4) are also
-// used by other kernel files.
+// Its own namespace: its cp_async16 and ldmatrix_x4 take shared addresses as integers (computed
+// once per tile), beside mma_bf16.cuh's pointer-taking ones of the same names.
 namespace orchid::cuda::tile {
 
 // What a B tile is read from: the three DevFormats, or plain fp16 rows (the ablation's buffer).
@@ -86,6 +87,18 @@ struct TileCfg {
       return j < NJ / 2 ? wn * (WN / 2) + 8 * j : BN / 2 + wn * (WN / 2) + 8 * (j - NJ / 2);
     return wn * WN + 8 * j;
   }
+  // The accumulators a thread holds after tile_mainloop: calls row_fn(r, i, h, c) for each of its
+  // tile rows r (acc[i][j][2h], acc[i][j][2h + 1] for every fragment j), with c(j) the tile column
+  // of fragment j's first element (the second is c(j) + 1).
+  template <class F>
+  __device__ static void for_each_acc_row(int tid, F&& row_fn) {
+    const int lane = tid & 31, warp = tid >> 5, wm = warp / kWarpsN, wn = warp % kWarpsN;
+    const auto col = [=](int j) { return b_row(wn, j) + 2 * (lane & 3); };
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_fn(wm * WM + 16 * i + (lane >> 2) + 8 * h, i, h, col);
+  }
 };
 
 // Where one thread's copies come from. A: the rows of its kAPerThread chunks (null: a masked
@@ -103,9 +116,7 @@ struct TileSrc {
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// smem_addr, cp_async_commit and cp_async_wait<N> come from mma_bf16.cuh.
 // 16 bytes global → shared, bypassing L1; zero-filled when !valid (src is then not read).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
@@ -114,14 +125,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
                "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Until at most N of this thread's committed groups are pending.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
