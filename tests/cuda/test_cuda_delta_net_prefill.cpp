@@ -285,6 +285,50 @@ TEST(CudaDeltaNetPrefill, MatchesReference) {
   }
 }
 
+// ---- The exact path's remainder (out_lo). ----
+// Asked for, the gated norm keeps out's fp16 bits and writes what their rounding dropped: hi + lo
+// is its fp32 value, recomputed here from the device's own o within a few fp32 roundings, expf and
+// rsqrt (2^-19), where hi alone is up to 2^-12 off.
+TEST(CudaDeltaNetPrefill, WritesTheExactRemainder) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const int pos0 = 3, T = 65;
+  for (Shape sh : {kReal, kOdd[0]}) {
+    const std::string at = where(sh, pos0, T);
+    const Layer L = random_layer(sh, rng);
+    const DevLayer w(L);
+    const History start = random_history(L, pos0, rng);
+    const Chunk c = random_chunk(L, T, rng);
+    DevChunk alone(L, c), split(L, c);
+    DevBuf<uint16_t> lo(size_t(T) * L.vd);
+    for (DevChunk* dc : {&alone, &split}) {
+      DevBuf<float> ring(ring_of(L, start)), S(state_of(start));
+      cuda::GdnPrefillParams p = params(L, w, *dc, ring, S, pos0, 0, T);
+      if (dc == &split) p.out_lo = lo.get();
+      ASSERT_TRUE(cuda::launch_gdn_prefill(p, nullptr).ok()) << at;
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    }
+    const auto hi = split.out.host(), rem = lo.host();
+    const auto o = split.o.host();
+    EXPECT_TRUE(hi == alone.out.host()) << at << ": out's bits";
+    int bad = 0;
+    for (int row = 0; row < T * sh.hv; ++row) {
+      const size_t base = size_t(row) * sh.dv;
+      double ss = 0;
+      for (int d = 0; d < sh.dv; ++d) ss += double(o[base + d]) * o[base + d];
+      const double inv = 1 / std::sqrt(ss / sh.dv + 1e-6);
+      for (int d = 0; d < sh.dv; ++d) {
+        const size_t e = base + size_t(d);
+        const double want = o[e] * inv * L.norm[size_t(d)] * silu(c.z[e]);
+        const double got = double(f16_to_f32(hi[e])) + f16_to_f32(rem[e]);
+        if (!(std::fabs(got - want) <= std::ldexp(std::fabs(want), -19) + std::ldexp(1.0, -25)) &&
+            bad++ < 5)
+          ADD_FAILURE() << at << " out " << e << ": " << got << " vs " << want;
+      }
+    }
+  }
+}
+
 // ---- One chunk against the decode kernel run once a token from the same start. ----
 TEST(CudaDeltaNetPrefill, MatchesDecodeSteps) {
   ORCHID_REQUIRE_GPU();

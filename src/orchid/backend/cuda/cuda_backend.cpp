@@ -46,6 +46,7 @@ Switches Switches::from_env() {
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
   s.prefill = !env_off("ORCHID_PREFILL");
+  s.exact_prefill = !env_off("ORCHID_EXACT_PREFILL");
   s.fused_dequant = !env_off("ORCHID_FUSED_DEQUANT");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   if (const char* v = std::getenv("ORCHID_PREFILL_TILE")) s.prefill_tile = std::atoi(v);

@@ -87,6 +87,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
   const cuda::Switches base = be->switches();
   out["mma_peak_TFLOP_per_s"] = kMmaPeakTflops;
   out["prefill_switches"] = {{"prefill", base.prefill},
+                             {"exact_prefill", base.exact_prefill},
                              {"fused_dequant", base.fused_dequant},
                              {"flash_prefill", base.flash_prefill},
                              {"prefill_tile", base.prefill_tile},
@@ -132,7 +133,10 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
     };
     static constexpr Variant kVariants[] = {
         {"chunked_prefill_off", [](cuda::Switches& s) { s.prefill = false; }},
-        {"fused_dequant_off", [](cuda::Switches& s) { s.fused_dequant = false; }},
+        {"exact_prefill_off", [](cuda::Switches& s) { s.exact_prefill = false; }},
+        // The dequantisation ablation exists on the fp16 path only: compare with exact_prefill_off.
+        {"fused_dequant_off",
+         [](cuda::Switches& s) { s.exact_prefill = false, s.fused_dequant = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         {"tile_16", [](cuda::Switches& s) { s.prefill_tile = 16; }},
         {"tile_32", [](cuda::Switches& s) { s.prefill_tile = 32; }},

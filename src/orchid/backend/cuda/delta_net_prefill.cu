@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
 // ---- (e) Gated RMSNorm -----------------------------------------------------------------------
 
 // One warp per (token, value head): out = fp16(o · rsqrt(mean(o²) + eps) · norm · silu(z)) over
-// the head's dv ≤ 128 outputs (four a lane).
+// the head's dv ≤ 128 outputs (four a lane), and its remainder into out_lo when set.
 constexpr int kGatedThreads = 256;
 
 __global__ void __launch_bounds__(kGatedThreads)
@@ -337,8 +337,8 @@ __global__ void __launch_bounds__(kGatedThreads)
   for (int u = 0; u < kMaxGdnHeadDim / 32; ++u) {
     const int d = lane + 32 * u;
     if (d < dv)
-      p.out[base + d] =
-          __half_as_ushort(__float2half_rn(e[u] * inv * p.norm[d] * silu(p.z[base + d])));
+      store_f16_split(e[u] * inv * p.norm[d] * silu(p.z[base + d]), p.out, p.out_lo,
+                      int64_t(base + d));
   }
 }
 
