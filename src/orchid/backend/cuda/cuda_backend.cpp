@@ -52,6 +52,10 @@ Switches Switches::from_env() {
   if (const char* v = std::getenv("ORCHID_PREFILL_TILE")) s.prefill_tile = std::atoi(v);
   if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK"))
     s.prefill_chunk = std::clamp(std::atoi(v), 16, 16384);
+  if (const char* v = std::getenv("ORCHID_GDN_CHUNKED"))
+    s.gdn_chunked = env_off("ORCHID_GDN_CHUNKED")                           ? 0
+                    : std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0 ? 1
+                                                                            : -1;
   return s;
 }
 

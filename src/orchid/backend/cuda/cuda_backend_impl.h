@@ -45,7 +45,14 @@ namespace orchid::cuda {
 // ORCHID_FUSED_DEQUANT=0 (with ORCHID_EXACT_PREFILL=0) dequantises each dense weight to an fp16
 // buffer before a plain GEMM instead of tile by tile inside it; ORCHID_FLASH_PREFILL=0
 // materialises the attention scores; ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs'
-// rows per tile (default: by the load).
+// rows per tile (default: by the load); ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's
+// form: auto (default) the chunked form on the tensor cores from kGdnChunkedMinTokens tokens a
+// chunk up and the sequential scan below, 0 always the sequential scan, 1 always the chunked form.
+// From this many tokens a chunk, ORCHID_GDN_CHUNKED=auto takes the chunked DeltaNet form: below,
+// its two extra launches and 64-token padding outweigh the sequential scan's ~0.25 µs a token.
+// A starting guess, not yet measured (bench prefill's gdn_sequential / gdn_chunked ablations).
+constexpr int kGdnChunkedMinTokens = 256;
+
 struct Switches {
   bool graph = true;
   bool dp4a = true;
@@ -66,6 +73,7 @@ struct Switches {
   bool flash_prefill = true;
   int prefill_tile = 0;  // 0: chosen from the rows per expert
   int prefill_chunk = 4096;
+  int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
   static Switches from_env();
   // Sets the kernels' process-wide flags (kernels.h) from these switches.
   void apply() const;
@@ -133,11 +141,14 @@ struct PrefillScratch {
   uint16_t* sh_act = nullptr;  // [chunk, n_ff_shexp] fp16
   float* head = nullptr;       // [kHeadRows, n_vocab] logits of a slice of positions
   static constexpr int kHeadRows = 64;
-  DeviceArena extra;  // the ablations' buffers (dequantised weight, scores)
+  DeviceArena extra;  // buffers grown on demand: the ablations' (dequantised weight, scores) and
+                      // the chunked DeltaNet form's tiles (gdn_chunked_scratch_bytes)
   uint16_t* dequant = nullptr;
   int64_t dequant_elems = 0;
   float* scores = nullptr;
   int64_t scores_elems = 0;
+  void* gdn_tiles = nullptr;
+  size_t gdn_tiles_bytes = 0;
 };
 
 // How the lm_head step picks its token.

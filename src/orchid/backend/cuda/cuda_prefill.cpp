@@ -1,8 +1,9 @@
 // Prefill: a prompt in chunks of up to `prefill_chunk` tokens, every projection a GEMM on the
 // tensor cores (q4 tiles dequantised on chip), the experts as grouped GEMMs over the chunk's
-// tokens sorted by expert on the device, the DeltaNet scan with its state in registers, and flash
-// attention over the cache. Every fp16 GEMM operand (xn, mix, act) comes with its remainder
-// (xn_lo, …) on the exact path (ORCHID_EXACT_PREFILL, prefill_kernels.h). Per chunk, per layer:
+// tokens sorted by expert on the device, the DeltaNet scan (sequential with its state in registers,
+// or chunked on the tensor cores: ORCHID_GDN_CHUNKED), and flash attention over the cache. Every
+// fp16 GEMM operand (xn, mix, act) comes with its remainder (xn_lo, …) on the exact path
+// (ORCHID_EXACT_PREFILL, prefill_kernels.h). Per chunk, per layer:
 //   xn = fp16(RMSNorm(h))                          [T, n_embd]
 //   attention: qg, k, v = xn·W → q/k norm + RoPE + KV write → flash attention → h += o·W_o
 //   DeltaNet:  qkv, z, b, a = xn·W → conv, norms, scan, gated norm → h += out·W_out
@@ -190,9 +191,25 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* pro
   g.K = c_.lin_conv_kernel, g.eps = c_.rms_norm_eps, g.pos0 = int(st.n_past_), g.T = T;
   g.conv_out = P.conv_out, g.beta = P.beta, g.decay = P.decay, g.o = P.o;
   g.out = P.mix, g.out_lo = P.mix_lo;
+  // auto keeps the sequential scan on devices without the chunked form's shared memory; 1 forces
+  // the chunked form (and fails loudly there).
+  const bool chunked = sw_.gdn_chunked == 1 || (sw_.gdn_chunked < 0 && T >= kGdnChunkedMinTokens &&
+                                                gdn_chunked_supported());
+  if (chunked) {
+    // Tiles for the largest chunk seen so far, grown on demand (the switch may change between
+    // prompts; the bench flips it).
+    const size_t bytes = gdn_chunked_scratch_bytes(T, g.hk, hv);
+    if (bytes > P.gdn_tiles_bytes) {
+      auto r = P.extra.alloc(bytes);
+      if (!r) return err("chunked DeltaNet tiles: ", r.message());
+      P.gdn_tiles = *r, P.gdn_tiles_bytes = bytes;
+    }
+    g.form = GdnScanForm::chunked, g.chunk_scratch = P.gdn_tiles;
+  }
   ORCHID_TRY(launch_gdn_prefill(g, stream_));
-  // The scan: per token and state element, decay + two products + update ≈ 8 FLOPs.
-  if (prof) prof->mark("gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
+  // Per token and state element, decay + two products + update ≈ 8 FLOPs: the sequential scan's
+  // work, counted the same for the chunked form so that the two rates compare as speeds.
+  if (prof) prof->mark(chunked ? "gdn chunked" : "gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
   ORCHID_TRY(prefill_gemm(L.out, P.mix, P.mix_lo, vd, T, P.h, H, P.h));
   if (prof) prof->mark("gdn out gemm", gemm_flops(T, L.out));
   return {};

@@ -9,6 +9,7 @@
 // syntax) so that g++ can include it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "orchid/backend/cuda/kernels.h"
@@ -152,6 +153,12 @@ Status launch_attention_prefill_naive(const AttnPrefillParams& p, float* scores,
 
 // ---- Gated DeltaNet over a chunk ----------------------------------------------------------------
 
+// The delta-rule scan's two forms: token by token with the state in registers (the sequential
+// scan), or in chunks of 64 tokens on the tensor cores (the WY form of spec §6.7: parallel work per
+// chunk, then one dependent step per chunk instead of per token). The same arithmetic up to
+// rounding: the tests hold both to 1e-4 rel. L2 of a double reference.
+enum class GdnScanForm : uint8_t { sequential, chunked };
+
 struct GdnPrefillParams {
   const float* qkv = nullptr;      // [T, conv_dim] raw in_proj_qkv output
   const float* z = nullptr;        // [T, hv · dv]
@@ -174,11 +181,24 @@ struct GdnPrefillParams {
   float* o = nullptr;
   uint16_t* out = nullptr;  // [T, hv · dv] fp16 gated-RMSNormed outputs (the out projection's A)
   uint16_t* out_lo = nullptr;  // [T, hv · dv] fp16 remainder, or null
+  GdnScanForm form = GdnScanForm::sequential;
+  // The chunked form's per-chunk tiles, gdn_chunked_scratch_bytes(T, hk, hv) bytes, 16-byte
+  // aligned (unused by the sequential form).
+  void* chunk_scratch = nullptr;
 };
+// Bytes of the chunked form's scratch for a chunk of T tokens: per 64 tokens, 64 KiB per key head
+// (q̂, k̂ split into bf16 hi + lo) and 80.5 KiB per value head (W, P, U, decays): 225 MiB at the real
+// shape (hk 16, hv 32) and T = 4,096.
+size_t gdn_chunked_scratch_bytes(int T, int hk, int hv);
+// Whether the current device gives a block the chunked form's shared memory (154 KiB: sm_80 and
+// sm_90 do, sm_86 / sm_89 with ~100 KiB do not).
+bool gdn_chunked_supported();
 // Conv + SiLU over the chunk (the ring supplies the taps before pos0, then takes the chunk's last
-// raw inputs), q/k L2 norms, β and decay; the delta-rule scan with the state in registers (every
-// state column is independent given q, k, β, decay: blocks take (head, column range) pairs); the
-// gated RMSNorm.
+// raw inputs), q/k L2 norms, β and decay; the delta-rule scan in p.form (every state column is
+// independent given q, k, β, decay: blocks take (head, column range) pairs); the gated RMSNorm.
 Status launch_gdn_prefill(const GdnPrefillParams& p, cudaStream_t s);
+// The chunked form's scan alone (delta_net_chunked.cu): reads conv_out, beta and decay as the
+// norms launch leaves them, writes o and advances S. launch_gdn_prefill calls it.
+Status launch_gdn_scan_chunked(const GdnPrefillParams& p, cudaStream_t s);
 
 }  // namespace orchid::cuda
