@@ -1,6 +1,8 @@
 // Gated DeltaNet over a chunk (delta_net_prefill.cu) against a double-precision reference of the
 // whole chunk, against the decode kernel run once a token, and against itself split into two
-// chunks; real and odd shapes, fresh random inputs, chunks at position 0 and after a history.
+// chunks; real and odd shapes, fresh random inputs, chunks at position 0 and after a history. The
+// scan's chunked form (delta_net_chunked.cu) against the same reference and bounds, against the
+// sequential form on the same input, and split at chunk boundaries.
 //
 // Bounds. The device computes in fp32 with short sums (K conv taps, dk ≤ 128 rows, dv ≤ 128
 // columns). The delta rule does not amplify rounding errors over the steps: the decay is ≤ 1 and
@@ -12,6 +14,12 @@
 //   column or token that the L2 norm would average away);
 //   out, fp16: rounding ≤ 2^-11 relative (bound 2^-10), plus the fp32 error of the normalised
 //   o (≤ 1e-3 of its unit RMS, as above) times |norm · silu(z)|, plus 2^-24 (fp16 subnormals).
+// The chunked form's tensor-core products are bf16x3 (operands split into bf16 hi + lo, 2^-18
+// relative; lo·lo dropped): ≤ ~1e-5 relative per product, a few 1e-6 typically, and a chunk of 64
+// tokens is one step of a recurrence that contracts as above, so the error does not grow with the
+// chunks (a host emulation of the kernels: ~1e-5 rel. L2 on o and S from 150 to 1,000 tokens) and
+// the same bounds hold. The two forms against each other: twice the bounds (each is within them
+// of the reference).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -183,10 +191,17 @@ struct DevChunk {
         out(size_t(c.T) * L.vd) {}
 };
 
+// The chunked form's scratch for T tokens (poisoned: no tile may be read before it is written).
+struct ChunkScratch {
+  DevBuf<uint8_t> buf;
+  ChunkScratch(const Layer& L, int T) : buf(cuda::gdn_chunked_scratch_bytes(T, L.sh.hk, L.sh.hv)) {}
+};
+
 // Parameters for tokens [t0, t0 + T) of `c` at absolute position pos0 (a sub-chunk: every
-// per-token pointer moves by t0 rows).
+// per-token pointer moves by t0 rows); the chunked form when given its scratch.
 cuda::GdnPrefillParams params(const Layer& L, const DevLayer& w, const DevChunk& c,
-                              DevBuf<float>& ring, DevBuf<float>& S, int pos0, int t0, int T) {
+                              DevBuf<float>& ring, DevBuf<float>& S, int pos0, int t0, int T,
+                              ChunkScratch* chunked = nullptr) {
   const int hv = L.sh.hv;
   cuda::GdnPrefillParams p;
   p.qkv = c.qkv.get() + size_t(t0) * L.C, p.z = c.z.get() + size_t(t0) * L.vd;
@@ -198,6 +213,7 @@ cuda::GdnPrefillParams params(const Layer& L, const DevLayer& w, const DevChunk&
   p.conv_out = c.conv_out.get() + size_t(t0) * L.C;
   p.beta = c.beta.get() + size_t(t0) * hv, p.decay = c.decay.get() + size_t(t0) * hv;
   p.o = c.o.get() + size_t(t0) * L.vd, p.out = c.out.get() + size_t(t0) * L.vd;
+  if (chunked) p.form = cuda::GdnScanForm::chunked, p.chunk_scratch = chunked->buf.get();
   return p;
 }
 
@@ -229,10 +245,11 @@ Diff diff(const std::vector<G>& got, const std::vector<W>& want) {
                                     << g_[d_.worst_at] << " vs " << w_[d_.worst_at];     \
   } while (0)
 
-// The fp16 output against a value that has the fp32 error budget of the header.
-bool out_ok(double got, double want, double norm_d, double z) {
-  const double tol =
-      std::ldexp(std::fabs(want), -10) + 1e-3 * std::fabs(norm_d * silu(z)) + std::ldexp(1.0, -24);
+// The fp16 output against a value that has the fp32 error budget of the header (o_budget: the
+// normalised o's error; twice it between two device results).
+bool out_ok(double got, double want, double norm_d, double z, double o_budget = 1e-3) {
+  const double tol = std::ldexp(std::fabs(want), -10) + o_budget * std::fabs(norm_d * silu(z)) +
+                     std::ldexp(1.0, -24);
   return std::fabs(got - want) <= tol;
 }
 
@@ -246,9 +263,18 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The chunked form's tests skip on GPUs whose blocks cannot have its shared memory.
+#define ORCHID_REQUIRE_CHUNKED_FORM()                                                       \
+  do {                                                                                      \
+    ORCHID_REQUIRE_GPU();                                                                   \
+    if (!cuda::gdn_chunked_supported())                                                     \
+      GTEST_SKIP() << "the chunked DeltaNet form needs more shared memory than this GPU's"; \
+  } while (0)
+
 // ---- Each chunk against the double reference: every output, the final state and ring. ----
-TEST(CudaDeltaNetPrefill, MatchesReference) {
-  ORCHID_REQUIRE_GPU();
+// T 63, 64, 65: one token short of, exactly and one past a chunk of the chunked form; 300: five
+// chunks, the last partial. pos0 37 starts from a non-zero state.
+void expect_matches_reference(bool chunked) {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<Shape> shapes{kReal};
   shapes.insert(shapes.end(), std::begin(kOdd), std::end(kOdd));
@@ -259,12 +285,16 @@ TEST(CudaDeltaNetPrefill, MatchesReference) {
     for (int pos0 : {0, 2, 37}) {
       if (sh.dk == kReal.dk && pos0 == 2) continue;  // the odd shapes cover it, cheaper
       const History start = random_history(L, pos0, rng);
-      for (int T : {1, 3, 64, 65, 300}) {
-        const std::string at = where(sh, pos0, T);
+      for (int T : {1, 3, 63, 64, 65, 300}) {
+        const std::string at = where(sh, pos0, T) + (chunked ? " chunked" : " sequential");
         const Chunk c = random_chunk(L, T, rng);
         DevChunk dc(L, c);
         DevBuf<float> ring(ring_of(L, start)), S(state_of(start));
-        ASSERT_TRUE(cuda::launch_gdn_prefill(params(L, w, dc, ring, S, pos0, 0, T), nullptr).ok())
+        ChunkScratch scratch(L, T);
+        ASSERT_TRUE(
+            cuda::launch_gdn_prefill(
+                params(L, w, dc, ring, S, pos0, 0, T, chunked ? &scratch : nullptr), nullptr)
+                .ok())
             << at;
         ORCHID_CUDA_OK(cudaDeviceSynchronize());
         History h = start;
@@ -281,6 +311,139 @@ TEST(CudaDeltaNetPrefill, MatchesReference) {
           if (!out_ok(f16_to_f32(out[e]), r.out[e], L.norm[e % size_t(sh.dv)], c.z[e]) && bad++ < 5)
             ADD_FAILURE() << at << " out " << e << ": " << f16_to_f32(out[e]) << " vs " << r.out[e];
       }
+    }
+  }
+}
+
+// ---- The exact path's remainder (out_lo). ----
+// Asked for, the gated norm keeps out's fp16 bits and writes what their rounding dropped: hi + lo
+// is its fp32 value, recomputed here from the device's own o within a few fp32 roundings, expf and
+// rsqrt (2^-19), where hi alone is up to 2^-12 off.
+TEST(CudaDeltaNetPrefill, WritesTheExactRemainder) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const int pos0 = 3, T = 65;
+  for (Shape sh : {kReal, kOdd[0]}) {
+    const std::string at = where(sh, pos0, T);
+    const Layer L = random_layer(sh, rng);
+    const DevLayer w(L);
+    const History start = random_history(L, pos0, rng);
+    const Chunk c = random_chunk(L, T, rng);
+    DevChunk alone(L, c), split(L, c);
+    DevBuf<uint16_t> lo(size_t(T) * L.vd);
+    for (DevChunk* dc : {&alone, &split}) {
+      DevBuf<float> ring(ring_of(L, start)), S(state_of(start));
+      cuda::GdnPrefillParams p = params(L, w, *dc, ring, S, pos0, 0, T);
+      if (dc == &split) p.out_lo = lo.get();
+      ASSERT_TRUE(cuda::launch_gdn_prefill(p, nullptr).ok()) << at;
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    }
+    const auto hi = split.out.host(), rem = lo.host();
+    const auto o = split.o.host();
+    EXPECT_TRUE(hi == alone.out.host()) << at << ": out's bits";
+    int bad = 0;
+    for (int row = 0; row < T * sh.hv; ++row) {
+      const size_t base = size_t(row) * sh.dv;
+      double ss = 0;
+      for (int d = 0; d < sh.dv; ++d) ss += double(o[base + d]) * o[base + d];
+      const double inv = 1 / std::sqrt(ss / sh.dv + 1e-6);
+      for (int d = 0; d < sh.dv; ++d) {
+        const size_t e = base + size_t(d);
+        const double want = o[e] * inv * L.norm[size_t(d)] * silu(c.z[e]);
+        const double got = double(f16_to_f32(hi[e])) + f16_to_f32(rem[e]);
+        if (!(std::fabs(got - want) <= std::ldexp(std::fabs(want), -19) + std::ldexp(1.0, -25)) &&
+            bad++ < 5)
+          ADD_FAILURE() << at << " out " << e << ": " << got << " vs " << want;
+      }
+    }
+  }
+}
+
+TEST(CudaDeltaNetPrefill, MatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  expect_matches_reference(false);
+}
+
+TEST(CudaDeltaNetPrefill, ChunkedMatchesReference) {
+  ORCHID_REQUIRE_CHUNKED_FORM();
+  expect_matches_reference(true);
+}
+
+// ---- The two forms on the same input, from a non-zero state: the stages before the scan are the
+// same kernels (the same bits); o, S and out within the sum of the two forms' error budgets.
+// 1,000 tokens: 16 chunks through the scan kernel's tile pipeline. ----
+TEST(CudaDeltaNetPrefill, ChunkedMatchesSequential) {
+  ORCHID_REQUIRE_CHUNKED_FORM();
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<Shape> shapes{kReal};
+  shapes.insert(shapes.end(), std::begin(kOdd), std::end(kOdd));
+  const int pos0 = 37;
+  for (Shape sh : shapes) {
+    const Layer L = random_layer(sh, rng);
+    const DevLayer w(L);
+    const History start = random_history(L, pos0, rng);
+    for (int T : {65, 300, 1000}) {
+      const std::string at = where(sh, pos0, T);
+      const Chunk c = random_chunk(L, T, rng);
+      DevChunk seq(L, c), chk(L, c);
+      DevBuf<float> ring(ring_of(L, start)), S(state_of(start));
+      DevBuf<float> ring2(ring_of(L, start)), S2(state_of(start));
+      ChunkScratch scratch(L, T);
+      ASSERT_TRUE(cuda::launch_gdn_prefill(params(L, w, seq, ring, S, pos0, 0, T), nullptr).ok());
+      ASSERT_TRUE(
+          cuda::launch_gdn_prefill(params(L, w, chk, ring2, S2, pos0, 0, T, &scratch), nullptr)
+              .ok());
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_TRUE(same_bits(chk.conv_out.host(), seq.conv_out.host())) << at << " conv_out";
+      EXPECT_TRUE(same_bits(chk.beta.host(), seq.beta.host())) << at << " beta";
+      EXPECT_TRUE(same_bits(chk.decay.host(), seq.decay.host())) << at << " decay";
+      EXPECT_TRUE(same_bits(ring2.host(), ring.host())) << at << " ring";
+      EXPECT_DIFF(chk.o.host(), seq.o.host(), 2 * kScanBound, 2 * kScanElemBound, at << " o");
+      EXPECT_DIFF(S2.host(), S.host(), 2 * kScanBound, 2 * kScanElemBound, at << " S");
+      const auto got = chk.out.host(), want = seq.out.host();
+      int bad = 0;
+      for (size_t e = 0; e < got.size(); ++e)
+        if (!out_ok(f16_to_f32(got[e]), f16_to_f32(want[e]), L.norm[e % size_t(sh.dv)], c.z[e],
+                    2e-3) &&
+            bad++ < 5)
+          ADD_FAILURE() << at << " out " << e << ": " << f16_to_f32(got[e]) << " vs "
+                        << f16_to_f32(want[e]);
+    }
+  }
+}
+
+// ---- The chunked form split at chunk boundaries (64, 128 of 200 tokens) equals one launch bit for
+// bit: every chunk's tiles are the same arithmetic, and the state passes through memory in fp32
+// exactly as it would stay in registers. ----
+TEST(CudaDeltaNetPrefill, ChunkedSplitAtChunksEqualsOne) {
+  ORCHID_REQUIRE_CHUNKED_FORM();
+  std::mt19937_64 rng(std::random_device{}());
+  const int pos0 = 3, T = 200;
+  for (Shape sh : {kReal, kOdd[1]}) {
+    const Layer L = random_layer(sh, rng);
+    const DevLayer w(L);
+    const History start = random_history(L, pos0, rng);
+    const Chunk c = random_chunk(L, T, rng);
+    DevChunk one(L, c);
+    DevBuf<float> ring(ring_of(L, start)), S(state_of(start));
+    ChunkScratch scratch(L, T);
+    ASSERT_TRUE(
+        cuda::launch_gdn_prefill(params(L, w, one, ring, S, pos0, 0, T, &scratch), nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    for (int T1 : {64, 128}) {
+      const std::string at = where(sh, pos0, T) + " chunked, split at " + std::to_string(T1);
+      DevChunk two(L, c);
+      DevBuf<float> ring2(ring_of(L, start)), S2(state_of(start));
+      ASSERT_TRUE(
+          cuda::launch_gdn_prefill(params(L, w, two, ring2, S2, pos0, 0, T1, &scratch), nullptr)
+              .ok());
+      ASSERT_TRUE(cuda::launch_gdn_prefill(
+                      params(L, w, two, ring2, S2, pos0 + T1, T1, T - T1, &scratch), nullptr)
+                      .ok());
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_TRUE(same_bits(two.o.host(), one.o.host())) << at << " o";
+      EXPECT_TRUE(two.out.host() == one.out.host()) << at << " out";
+      EXPECT_TRUE(same_bits(S2.host(), S.host())) << at << " S";
     }
   }
 }
@@ -395,6 +558,8 @@ TEST(CudaDeltaNetPrefill, RejectsBadParams) {
   EXPECT_TRUE(refused(p)) << "pos0 -1";
   p = ok, p.S = nullptr;
   EXPECT_TRUE(refused(p)) << "no state";
+  p = ok, p.form = cuda::GdnScanForm::chunked;
+  EXPECT_TRUE(refused(p)) << "chunked without scratch";
 }
 
 }  // namespace

@@ -1,19 +1,31 @@
 // The prefill GEMMs (gemm.cu, expert_gemm.cu) against double-precision references on fresh random
-// inputs: dense q4 / q8 / bf16 projections (odd row counts, masked columns, strided A, residual
-// adds, the dequantisation ablation) and the routed experts (gate/up, down, combine) over
-// host-built tile maps of 16, 32, 64 and 128 rows.
+// inputs, on both paths: dense q4 / q8 / bf16 projections (odd row counts, masked columns, strided
+// A, residual adds, groups of 32 / 64 / 128, the dequantisation ablation) and the routed experts
+// (gate/up, down, combine) over host-built tile maps of 16, 32, 64 and 128 rows; and the row-wise
+// producers' hi + lo operands.
 //
-// Bound (per output element, against Σ|a·w| over its terms): the weight dequantised to fp16 is
-// within 2^-11 relative (s·q + b rounded once; bf16 → fp16 is exact), products of fp16 are exact
-// in fp32, and the fp32 accumulation adds at most K / 16 roundings of 2^-24 (≤ 2^-16 relative for
-// K ≤ 2^12): |err| ≤ 2^-10 · Σ|a·w| suffices. Scales, biases or weights below fp16's normal range
-// (2^-14) keep only 2^-25 absolute precision, at most 257 · 2^-25 < 2^-16 per weight (a q8 code
-// times the scale's error): + 2^-16 · Σ|a|.
+// fp16 path bound (per output element, against Σ|a·w| over its terms): the weight dequantised to
+// fp16 is within 2^-11 relative (s·q + b rounded once; bf16 → fp16 is exact), products of fp16 are
+// exact in fp32, and the fp32 accumulation adds at most K / 16 roundings of 2^-24 (≤ 2^-16 relative
+// for K ≤ 2^12): |err| ≤ 2^-10 · Σ|a·w| suffices. Scales, biases or weights below fp16's normal
+// range (2^-14) keep only 2^-25 absolute precision, at most 257 · 2^-25 < 2^-16 per weight (a q8
+// code times the scale's error): + 2^-16 · Σ|a|.
+//
+// Exact path bound: A = hi + lo is x within 2^-22 |x| + 2^-25 (2^-25: lo below fp16's normal
+// range), code products are exact, and the rest is fp32 roundings: per group the tensor cores' sums
+// over 2·G/16 sub-steps, the fold's two fmas, K/G folds. Against mag = Σ_k |x_k| (|s·q_k| + |b|)
+// (the two terms the fold adds; Σ|x·w| for bf16), 2^-20 · mag covers them with room: the roundings
+// have random signs and act on sums ~√K smaller than mag (every rounding of a full-magnitude sum in
+// one direction would be ~(K/8) · 2^-24 · mag). Plus 2^-24 · Σ|w| for the 2^-25 of small x, and for
+// bf16 2^-24 · Σ|x| (weights below 2^-14 keep 2^-25 absolute in fp16). Dropping lo leaves
+// ~2^-12 · √K · |x·w|, caught at every K here; the rel. L2 of a whole output (≤ 1e-5; the fp16
+// path's is ~1e-3) is checked too.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "cuda_test_matrix.h"
 #include "cuda_test_util.h"
@@ -95,6 +107,76 @@ double bound(const Dot& d) {
   return kRel * d.mag + kAbs * d.amag;
 }
 
+// fp32 activations in (-1, 1) times 8, 1, 2^-3 or 2^-6 by row (small rows put lo below fp16's
+// normal range), [rows, ld], and their fp16 operands as the producers split them: hi = fp16(x),
+// lo = fp16(x − hi). Columns ≥ cols NaN. The fp16 path's rows have hi only (x = hi).
+struct SplitRows {
+  std::vector<float> x;
+  std::vector<uint16_t> hi, lo;
+};
+SplitRows random_split(int rows, int cols, int ld, std::mt19937_64& rng) {
+  const size_t n = size_t(rows) * ld;
+  SplitRows s{std::vector<float>(n, NAN), std::vector<uint16_t>(n, 0x7e00),
+              std::vector<uint16_t>(n, 0x7e00)};
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const size_t i = size_t(r) * ld + c;
+      s.x[i] = d(rng) * std::ldexp(1.f, 3 - 3 * (r % 4));
+      s.hi[i] = to_f16(s.x[i]);
+      s.lo[i] = to_f16(s.x[i] - float(f16(s.hi[i])));
+    }
+  return s;
+}
+SplitRows random_rows(bool exact, int rows, int cols, int ld, std::mt19937_64& rng) {
+  if (exact) return random_split(rows, cols, ld, rng);
+  return {{}, random_f16(rows, cols, ld, rng), {0}};
+}
+
+// A host matrix's weights as the exact path applies them: s·q + b (exact in double) and its
+// magnitude |s·q| + |b| (bf16: the weight and |w|).
+struct ExactWeights {
+  bool bf16;
+  std::vector<double> v;
+  std::vector<float> mag;
+  explicit ExactWeights(const HostMatrix& h)
+      : bf16(h.fmt == DevFormat::bf16), v(h.w.size()), mag(h.w.size()) {
+    const int bits = h.fmt == DevFormat::q4 ? 4 : 8, per = 32 / bits;
+    for (int r = 0; r < h.rows; ++r)
+      for (int c = 0; c < h.cols; ++c) {
+        const size_t i = size_t(r) * h.cols + c;
+        if (bf16) {
+          v[i] = h.w[i], mag[i] = std::fabs(h.w[i]);
+          continue;
+        }
+        const uint32_t q =
+            (h.words[size_t(r) * h.units * 4 + c / per] >> (bits * (c % per))) & ((1u << bits) - 1);
+        const uint32_t p = h.sb[size_t(r) * (h.cols / h.group) + c / h.group];
+        const double sq = double(bf16_to_f32(uint16_t(p))) * q, b = bf16_to_f32(uint16_t(p >> 16));
+        v[i] = sq + b, mag[i] = float(std::fabs(sq) + std::fabs(b));
+      }
+  }
+};
+
+// Σ x·w over k for row `row` of w, with the exact bound's sums.
+struct ExactDot {
+  double v = 0, mag = 0, wsum = 0, xsum = 0;
+};
+ExactDot exact_dot(const float* x, const ExactWeights& w, int64_t row, int k) {
+  ExactDot d;
+  const double* wv = &w.v[size_t(row) * k];
+  const float* wm = &w.mag[size_t(row) * k];
+  for (int i = 0; i < k; ++i) {
+    d.v += double(x[i]) * wv[i];
+    d.mag += std::fabs(x[i]) * double(wm[i]);
+    d.wsum += std::fabs(wv[i]), d.xsum += std::fabs(x[i]);
+  }
+  return d;
+}
+double exact_bound(const ExactDot& d, bool bf16) {
+  return 0x1p-20 * d.mag + 0x1p-24 * d.wsum + (bf16 ? 0x1p-24 * d.xsum : 0.0);
+}
+
 // Restores the fused-dequantisation switch and the scratch on scope exit.
 struct DequantMode {
   bool saved = cuda::gemm_fused_dequant_enabled();
@@ -115,20 +197,24 @@ struct GemmCase {
   int lda_pad;  // A row stride = k + lda_pad (padding NaN)
   Add add;
   bool fused;
+  bool exact = false;  // A as hi + lo (A_lo set): the exact path
 };
 
 void run_gemm(const GemmCase& cs) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(testing::Message() << "seed " << seed << ", M " << cs.m << " N " << cs.n << " K "
-                                  << cs.k << " group " << cs.group << " add " << int(cs.add)
-                                  << (cs.fused ? " fused" : " unfused"));
+  SCOPED_TRACE(testing::Message() << "seed " << seed << ", format " << int(cs.fmt) << " M " << cs.m
+                                  << " N " << cs.n << " K " << cs.k << " group " << cs.group
+                                  << " add " << int(cs.add) << (cs.fused ? " fused" : " unfused")
+                                  << (cs.exact ? " exact" : " fp16"));
   std::mt19937_64 rng(seed);
   HostMatrix w = quantised(cs.fmt, cs.n, cs.k, cs.group, rng);
   DeviceMatrix dw(w);
+  std::optional<ExactWeights> ew;
+  if (cs.exact) ew.emplace(w);
   const int lda = cs.k + cs.lda_pad, ldc = cs.n + 3;
-  auto a = random_f16(cs.m, cs.k, lda, rng);
+  const SplitRows a = random_rows(cs.exact, cs.m, cs.k, lda, rng);
   auto add = test::random_floats(size_t(cs.m) * ldc, -4.f, 4.f, rng);
-  DevBuf<uint16_t> da(a);
+  DevBuf<uint16_t> da(a.hi), dlo(a.lo);
   DevBuf<float> dc(size_t(cs.m) * ldc), dadd(add);
   DequantMode mode(cs.fused);
   DevBuf<uint16_t> scratch(size_t(cs.n) * cs.k);
@@ -136,6 +222,7 @@ void run_gemm(const GemmCase& cs) {
 
   cuda::GemmParams p;
   p.w = dw.m, p.a = da.get(), p.lda = lda, p.m = cs.m, p.c = dc.get(), p.ldc = ldc;
+  if (cs.exact) p.a_lo = dlo.get();
   if (cs.add == Add::separate) p.add = dadd.get();
   if (cs.add == Add::in_place) {
     ORCHID_CUDA_OK(cudaMemcpy(dc.get(), add.data(), add.size() * 4, cudaMemcpyHostToDevice));
@@ -150,20 +237,28 @@ void run_gemm(const GemmCase& cs) {
 
   // Large shapes: every 7th row and the last (the tiles are uniform across rows).
   int bad = 0;
-  double worst = 0;
+  double worst = 0, err2 = 0, ref2 = 0;
   const bool sample = double(cs.m) * cs.n * cs.k > 4e8;
   for (int r = 0; r < cs.m; ++r) {
     if (sample && r % 7 != 0 && r != cs.m - 1) continue;
     for (int n = 0; n < cs.n; ++n) {
-      Dot d = dot(&a[size_t(r) * lda], &w.w[size_t(n) * cs.k], cs.k);
+      double prod, tol;
+      if (cs.exact) {
+        const ExactDot d = exact_dot(&a.x[size_t(r) * lda], *ew, n, cs.k);
+        prod = d.v, tol = exact_bound(d, ew->bf16);
+      } else {
+        const Dot d = dot(&a.hi[size_t(r) * lda], &w.w[size_t(n) * cs.k], cs.k);
+        prod = d.v, tol = bound(d);
+      }
       const double base = cs.add == Add::none ? 0.0 : add[size_t(r) * ldc + n];
-      const double want = d.v + base, got = c[size_t(r) * ldc + n];
-      const double tol = bound(d) + 0x1p-23 * std::fabs(want);
+      const double want = prod + base, got = c[size_t(r) * ldc + n];
+      tol += 0x1p-23 * std::fabs(want);
       const double ex = std::fabs(got - want) / tol;
       if (!(ex <= 1) && bad++ < 5)
         ADD_FAILURE() << "row " << r << " col " << n << ": " << got << " vs " << want << " (bound "
                       << tol << ")";
       worst = std::max(worst, ex);
+      err2 += (got - want) * (got - want), ref2 += prod * prod;
     }
     // Columns past N (the ldc padding) are never written.
     for (int n = cs.n; n < ldc; ++n) {
@@ -174,6 +269,9 @@ void run_gemm(const GemmCase& cs) {
     }
   }
   EXPECT_EQ(bad, 0) << "worst error / bound " << worst;
+  if (cs.exact) {
+    EXPECT_LE(std::sqrt(err2 / ref2), 1e-5) << "rel. L2 of the product";
+  }
 }
 
 TEST(CudaGemm, Q4RowCountsMatchReference) {
@@ -224,6 +322,61 @@ TEST(CudaGemm, DequantAblationMatchesReference) {
   }
   run_gemm({DevFormat::q4, 100, 192, 512, 128, 8, Add::separate, false});
   run_gemm({DevFormat::bf16, 100, 200, 72, 0, 8, Add::none, false});
+}
+
+// ---- The exact path (A as hi + lo, integer codes folded per group) ------------------------------
+
+TEST(CudaGemmExact, Q4GroupsAndRowCountsMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  for (int group : {32, 64, 128})
+    for (int m : {1, 7, 100, 257})
+      run_gemm({DevFormat::q4, m, 192, 512, group, 8, Add::none, true, true});
+  run_gemm({DevFormat::q4, 33, 160, 96, 32, 0, Add::none, true, true});  // K tail: half a k-step
+}
+
+TEST(CudaGemmExact, Q8GroupsMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  for (int group : {32, 64, 128})
+    for (int m : {1, 100, 257})
+      run_gemm({DevFormat::q8, m, 257, 1024, group, 0, Add::separate, true, true});
+}
+
+TEST(CudaGemmExact, Bf16MatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  for (int m : {1, 7, 100}) run_gemm({DevFormat::bf16, m, 200, 72, 0, 8, Add::none, true, true});
+  run_gemm({DevFormat::bf16, 64, 256, 1040, 0, 0, Add::in_place, true, true});
+}
+
+// Model widths, and enough tiles for the 128-row variant (both with each group size). The
+// dequantisation switch does not apply to the exact path.
+TEST(CudaGemmExact, ModelShapesMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  run_gemm({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, true});
+  for (int group : {32, 64, 128}) {
+    run_gemm({DevFormat::q4, 2100, 4096, 256, group, 0, Add::none, true, true});
+    run_gemm({DevFormat::q8, 2100, 4096, 256, group, 0, Add::separate, false, true});
+  }
+}
+
+TEST(CudaGemmExact, RejectsSmallGroupsAndMisalignedRemainders) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix w = quantised(DevFormat::q8, 64, 128, 16, rng);
+  DeviceMatrix dw(w);
+  DevBuf<uint16_t> a(size_t(16) * 128), lo(size_t(16) * 128 + 8);
+  DevBuf<float> c(size_t(16) * 64);
+  cuda::GemmParams p;
+  p.w = dw.m, p.a = a.get(), p.lda = 128, p.m = 16, p.c = c.get(), p.ldc = 64;
+  ASSERT_TRUE(cuda::launch_gemm(p, nullptr).ok());  // groups of 16 on the fp16 path
+  p.a_lo = lo.get();
+  EXPECT_FALSE(cuda::launch_gemm(p, nullptr).ok());
+  HostMatrix w64 = quantised(DevFormat::q8, 64, 128, 64, rng);
+  DeviceMatrix dw64(w64);
+  p.w = dw64.m;
+  EXPECT_TRUE(cuda::launch_gemm(p, nullptr).ok());
+  p.a_lo = lo.get() + 4;  // 8 bytes off
+  EXPECT_FALSE(cuda::launch_gemm(p, nullptr).ok());
+  ORCHID_CUDA_OK(cudaDeviceSynchronize());
 }
 
 // The ablation's first half alone: every element equals fp16(s·q + b) of the host's value.
@@ -342,34 +495,44 @@ struct DeviceRouting {
 struct ExpertCase {
   DevFormat fmt;
   int T, E, k, n_embd, n_ff, tile_rows;
-  int down_group;  // q4/q8 group of the down matrix (n_ff columns)
+  int down_group;       // q4/q8 group of the down matrix (n_ff columns)
+  bool exact = false;   // x and act as hi + lo
+  int gate_group = 64;  // q4/q8 group of gate and up (n_embd columns)
 };
 
 void run_experts(const ExpertCase& cs) {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE(testing::Message() << "seed " << seed << ", format " << int(cs.fmt) << " T " << cs.T
                                   << " E " << cs.E << " k " << cs.k << " n_embd " << cs.n_embd
-                                  << " n_ff " << cs.n_ff << " tile rows " << cs.tile_rows);
+                                  << " n_ff " << cs.n_ff << " tile rows " << cs.tile_rows
+                                  << " groups " << cs.gate_group << "/" << cs.down_group
+                                  << (cs.exact ? " exact" : " fp16"));
   std::mt19937_64 rng(seed);
   const int S = cs.k + 1, H = cs.n_embd, F = cs.n_ff;
   HostRouting hr(cs.T, cs.E, cs.k, cs.tile_rows, rng);
   ASSERT_EQ(hr.pairs(), cs.T * S);
-  HostMatrix gate(cs.fmt, (cs.E + 1) * F, H, rng), up(cs.fmt, (cs.E + 1) * F, H, rng),
-      down = quantised(cs.fmt, (cs.E + 1) * H, F, cs.down_group, rng);
+  HostMatrix gate = quantised(cs.fmt, (cs.E + 1) * F, H, cs.gate_group, rng),
+             up = quantised(cs.fmt, (cs.E + 1) * F, H, cs.gate_group, rng),
+             down = quantised(cs.fmt, (cs.E + 1) * H, F, cs.down_group, rng);
   DeviceMatrix dgate(gate), dup(up), ddown(down);
+  std::optional<ExactWeights> egate, eup, edown;
+  if (cs.exact) egate.emplace(gate), eup.emplace(up), edown.emplace(down);
   DeviceRouting dr(hr);
-  const auto x = random_f16(cs.T, H, H, rng);
+  const SplitRows x = random_rows(cs.exact, cs.T, H, H, rng);
   const auto h0 = test::random_floats(size_t(cs.T) * H, -2.f, 2.f, rng);
-  DevBuf<uint16_t> dx(x), dact(size_t(hr.pairs()) * F);
+  const size_t act_n = cs.exact ? size_t(hr.pairs()) * F : 1;
+  DevBuf<uint16_t> dx(x.hi), dx_lo(x.lo), dact(size_t(hr.pairs()) * F), dact_lo(act_n);
   DevBuf<float> dslot(size_t(cs.T) * S * H), dh(h0);
 
   cuda::ExpertGateUpParams gp;
   gp.gate = dgate.m, gp.up = dup.m, gp.n_ff = F, gp.x = dx.get(), gp.r = &dr.r;
   gp.act = dact.get();
+  if (cs.exact) gp.x_lo = dx_lo.get(), gp.act_lo = dact_lo.get();
   Status st = cuda::launch_expert_gate_up(gp, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   cuda::ExpertDownParams dp;
   dp.down = ddown.m, dp.n_embd = H, dp.n_ff = F, dp.act = dact.get(), dp.r = &dr.r;
+  if (cs.exact) dp.act_lo = dact_lo.get();
   dp.slot_out = dslot.get();
   st = cuda::launch_expert_down(dp, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
@@ -377,37 +540,54 @@ void run_experts(const ExpertCase& cs) {
   st = cuda::launch_moe_combine(dslot.get(), cs.T, S, H, dh.get(), nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   ORCHID_CUDA_OK(cudaDeviceSynchronize());
-  const auto act = dact.host();
+  const auto act = dact.host(), act_lo = dact_lo.host();
   const auto h = dh.host();
 
-  // act = fp16(silu(g) · u): g and u within their GEMM bounds Bg, Bu (silu' ≤ 1.1), then the
-  // fp16 rounding (2^-11 relative, 2^-25 absolute below the normal range).
+  // act = silu(g) · u: g and u within their GEMM bounds Bg, Bu (silu' ≤ 1.1), then fp16's
+  // rounding (2^-11 relative, 2^-25 absolute below the normal range), or the exact path's hi + lo
+  // (2^-22, 2^-25) and its fp32 epilogue (expf, three roundings): 2^-20.
   int bad = 0;
+  std::vector<float> act_x(act.size());  // what the down GEMM multiplies (exact: hi + lo)
+  for (size_t i = 0; i < act.size(); ++i)
+    act_x[i] = float(f16(act[i]) + (cs.exact ? f16(act_lo[i]) : 0.0));
   for (int j = 0; j < hr.pairs(); ++j) {
     const int tok = hr.pair_token[size_t(j)], ex = hr.pair_expert[size_t(j)];
     for (int i = 0; i < F; ++i) {
       const size_t row = size_t(ex) * F + i;
-      const Dot g = dot(&x[size_t(tok) * H], &gate.w[row * H], H);
-      const Dot u = dot(&x[size_t(tok) * H], &up.w[row * H], H);
-      const double want = silu(g.v) * u.v, got = f16(act[size_t(j) * F + i]);
-      const double tol = 1.1 * bound(g) * (std::fabs(u.v) + bound(u)) +
-                         std::fabs(silu(g.v)) * bound(u) + 0x1p-11 * std::fabs(want) + 0x1p-24;
+      double g, u, bg, bu;
+      if (cs.exact) {
+        const ExactDot dg = exact_dot(&x.x[size_t(tok) * H], *egate, int64_t(row), H);
+        const ExactDot du = exact_dot(&x.x[size_t(tok) * H], *eup, int64_t(row), H);
+        g = dg.v, u = du.v, bg = exact_bound(dg, egate->bf16), bu = exact_bound(du, eup->bf16);
+      } else {
+        const Dot dg = dot(&x.hi[size_t(tok) * H], &gate.w[row * H], H);
+        const Dot du = dot(&x.hi[size_t(tok) * H], &up.w[row * H], H);
+        g = dg.v, u = du.v, bg = bound(dg), bu = bound(du);
+      }
+      const double want = silu(g) * u, got = act_x[size_t(j) * F + i];
+      const double tol = 1.1 * bg * (std::fabs(u) + bu) + std::fabs(silu(g)) * bu +
+                         (cs.exact ? 0x1p-20 : 0x1p-11) * std::fabs(want) + 0x1p-24;
       if (!(std::fabs(got - want) <= tol) && bad++ < 5)
         ADD_FAILURE() << "act pair " << j << " (token " << tok << ", expert " << ex << ") col " << i
                       << ": " << got << " vs " << want << " (bound " << tol << ")";
     }
   }
   // slot_out[t, s] = w · down_e(act) from the device's act rows.
-  std::vector<double> want_slot(slot_out.size(), NAN), mag_slot(slot_out.size(), 0);
   for (int j = 0; j < hr.pairs(); ++j) {
     const int ex = hr.pair_expert[size_t(j)];
     const size_t o = (size_t(hr.pair_token[size_t(j)]) * S + hr.pair_slot[size_t(j)]) * H;
     const double pw = hr.pair_w[size_t(j)];
     for (int n = 0; n < H; ++n) {
-      const Dot d = dot(&act[size_t(j) * F], &down.w[(size_t(ex) * H + n) * F], F);
-      const double want = pw * d.v, got = slot_out[o + n];
-      const double tol = pw * bound(d) + 0x1p-23 * std::fabs(want);
-      want_slot[o + n] = want, mag_slot[o + n] = std::fabs(want);
+      double prod, b;
+      if (cs.exact) {
+        const ExactDot d = exact_dot(&act_x[size_t(j) * F], *edown, int64_t(ex) * H + n, F);
+        prod = d.v, b = exact_bound(d, edown->bf16);
+      } else {
+        const Dot d = dot(&act[size_t(j) * F], &down.w[(size_t(ex) * H + n) * F], F);
+        prod = d.v, b = bound(d);
+      }
+      const double want = pw * prod, got = slot_out[o + n];
+      const double tol = pw * b + 0x1p-23 * std::fabs(want);
       if (!(std::fabs(got - want) <= tol) && bad++ < 5)
         ADD_FAILURE() << "slot_out token " << hr.pair_token[size_t(j)] << " slot "
                       << hr.pair_slot[size_t(j)] << " col " << n << ": " << got << " vs " << want
@@ -451,6 +631,25 @@ TEST(CudaExperts, Q8AndBf16MatchReference) {
   run_experts({DevFormat::bf16, 70, 6, 2, 264, 136, 16, 0});
 }
 
+TEST(CudaExpertsExact, TileRowsAndGroupsMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  for (int rows : {16, 32, 64, 128})
+    run_experts({DevFormat::q4, 100, 8, 3, 320, 160, rows, 32, true, 64});
+  for (int rows : {64, 128}) {
+    run_experts({DevFormat::q4, 300, 4, 2, 256, 128, rows, 128, true, 32});
+    run_experts({DevFormat::q4, 300, 4, 2, 256, 128, rows, 64, true, 128});
+  }
+}
+
+TEST(CudaExpertsExact, Q8Bf16AndModelWidthsMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  for (int rows : {16, 32, 64, 128}) {
+    run_experts({DevFormat::q8, 150, 6, 2, 256, 192, rows, 32, true, 128});
+    run_experts({DevFormat::bf16, 70, 6, 2, 264, 136, rows, 0, true, 0});
+  }
+  run_experts({DevFormat::q4, 48, 4, 3, 2048, 512, 64, 64, true, 64});
+}
+
 TEST(CudaExperts, RejectsBadRouting) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
@@ -467,8 +666,84 @@ TEST(CudaExperts, RejectsBadRouting) {
   dr.r.tile_rows = 16;
   p.n_ff = 128;  // the stacked matrix is too short for 5 experts of 128 rows
   EXPECT_FALSE(cuda::launch_expert_gate_up(p, nullptr).ok());
+  p.n_ff = 64;
+  p.x_lo = x.get();  // a remainder in without one out
+  EXPECT_FALSE(cuda::launch_expert_gate_up(p, nullptr).ok());
+  DevBuf<uint16_t> act_lo(act.size());
+  p.act_lo = act_lo.get();
+  EXPECT_TRUE(cuda::launch_expert_gate_up(p, nullptr).ok());
   EXPECT_FALSE(cuda::launch_moe_combine(nullptr, 8, 3, 128, nullptr, nullptr).ok());
   ORCHID_CUDA_OK(cudaDeviceSynchronize());
+}
+
+// ---- Row-wise producers of the operands ---------------------------------------------------------
+
+// A producer's hi (and lo) against its value v, computed here in double: with lo, hi + lo within
+// `rel` · |v| + 2^-25 (the kernel's fp32 arithmetic, then the split's 2^-22) and |lo| at most half
+// an fp16 step of hi; hi the same bits as without lo. Past fp16's ±65,504, hi saturates (lo 0).
+void check_split(const char* what, const std::vector<double>& want, const std::vector<uint16_t>& hi,
+                 const std::vector<uint16_t>& lo, const std::vector<uint16_t>& alone, double rel) {
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double h = f16(hi[i]), l = f16(lo[i]), v = want[i];
+    const bool ok = std::fabs(v) > 65504 ? h == std::copysign(65504.0, v) && l == 0
+                                         : std::fabs(h + l - v) <= rel * std::fabs(v) + 0x1p-25 &&
+                                               std::fabs(l) <= 0x1p-11 * std::fabs(h) + 0x1p-25;
+    if (!(ok && hi[i] == alone[i]) && bad++ < 5)
+      ADD_FAILURE() << what << " element " << i << ": hi " << h << " lo " << l << " (alone "
+                    << f16(alone[i]) << ") vs " << v;
+  }
+}
+
+// RMSNorm rows (block sums, rsqrt, two products in fp32: 2^-19) with rows of very different
+// scales, and one weight large enough to push a normed value past fp16's range.
+TEST(CudaPrefillRows, RmsNormWritesHiAndLo) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const int rows = 6, n = 2048;
+  auto x = test::random_floats(size_t(rows) * n, -1.f, 1.f, rng);
+  auto w = test::random_floats(size_t(n), 0.5f, 1.5f, rng);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < n; ++c) x[size_t(r) * n + c] *= std::ldexp(1.f, 6 - 4 * r);
+  x[7] = 1e5f, w[7] = 3000.f;  // dominates row 0: normed ≈ √n = 45, times 3000 > 65,504
+  std::vector<double> want(x.size());
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int c = 0; c < n; ++c) ss += double(x[size_t(r) * n + c]) * x[size_t(r) * n + c];
+    const double inv = 1 / std::sqrt(ss / n + 1e-6);
+    for (int c = 0; c < n; ++c) want[size_t(r) * n + c] = x[size_t(r) * n + c] * inv * w[size_t(c)];
+  }
+  ASSERT_GT(want[7], 65520.0);
+  DevBuf<float> dx(x), dw(w);
+  DevBuf<uint16_t> hi(x.size()), lo(x.size()), alone(x.size());
+  ASSERT_TRUE(cuda::launch_rms_norm_rows_f16(dx.get(), dw.get(), 1e-6f, rows, n, alone.get(),
+                                             nullptr, nullptr)
+                  .ok());
+  ASSERT_TRUE(cuda::launch_rms_norm_rows_f16(dx.get(), dw.get(), 1e-6f, rows, n, hi.get(), lo.get(),
+                                             nullptr)
+                  .ok());
+  ORCHID_CUDA_OK(cudaDeviceSynchronize());
+  check_split("rms norm", want, hi.host(), lo.host(), alone.host(), 0x1p-19);
+}
+
+// silu(gate) · up in fp32 (expf, a division, a product: 2^-20), one product past fp16's range.
+TEST(CudaPrefillRows, SiluMulWritesHiAndLo) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const int T = 5, n = 520;
+  auto g = test::random_floats(size_t(T) * n, -6.f, 6.f, rng);
+  auto u = test::random_floats(size_t(T) * n, -3.f, 3.f, rng);
+  g[11] = 400.f, u[11] = -300.f;
+  std::vector<double> want(g.size());
+  for (size_t i = 0; i < g.size(); ++i) want[i] = silu(g[i]) * u[i];
+  DevBuf<float> dg(g), du(u);
+  DevBuf<uint16_t> hi(g.size()), lo(g.size()), alone(g.size());
+  ASSERT_TRUE(
+      cuda::launch_silu_mul_rows_f16(dg.get(), du.get(), T, n, alone.get(), nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      cuda::launch_silu_mul_rows_f16(dg.get(), du.get(), T, n, hi.get(), lo.get(), nullptr).ok());
+  ORCHID_CUDA_OK(cudaDeviceSynchronize());
+  check_split("silu·mul", want, hi.host(), lo.host(), alone.host(), 0x1p-20);
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 // layers and one attention layer, random weights made on the device), prompts of 2 … 150 tokens
 // in chunks that do and do not divide them. Bounds: chunks of 50 and of 64 agree to 1e-5 rel. L2
 // at every position; against the decode path the median position's logits are within 3e-3 rel.
-// L2 and ≥ 75 % of positions within 1e-2 (the two paths round activations differently — fp16
-// operands against int8 hi+lo codes — and a near-tie in a router's top-k may then pick another
-// expert for a token; random weights have many near-ties).
+// L2 and ≥ 75 % of positions within 1e-2 (the two paths round activations differently — the
+// exact path's fp16 hi + lo operands, or the fp16 path's plain ones, against int8 hi+lo codes —
+// and a near-tie in a router's top-k may then pick another expert for a token; random weights
+// have many near-ties). Both prefill paths are checked; the exact one (the default) should sit
+// far inside these bars (the medians are printed).
 #include <algorithm>
 #include <cmath>
 
@@ -103,6 +105,12 @@ class CudaPrefill : public ::testing::Test {
 
 TEST_F(CudaPrefill, ChunkedLogitsMatchStepByStep) {
   expect_chunked_matches_steps({2, 9, 63, 64, 65, 150});
+}
+
+// The fp16 path (ORCHID_EXACT_PREFILL=0), the ablation.
+TEST_F(CudaPrefill, Fp16PathChunkedLogitsMatchStepByStep) {
+  cuda_->switches().exact_prefill = false;
+  expect_chunked_matches_steps({9, 65});
 }
 
 // DeltaNet layers only (no attention layer): separates the two mixers when the above fails.

@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     __syncthreads();  // buffer j & 1 is read; the next iteration refills it
   }
 
-  // out = O / l ⊙ sigmoid(gate), fp16.
+  // out = O / l ⊙ sigmoid(gate), fp16 (and its remainder when asked for).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -246,13 +246,13 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     const size_t row = size_t(t) * p.n_head + g * G + mr % G;
     const float inv_l = 1.f / l[r];
     const float* gate = p.qg + row * 2 * HD + HD;
-    __half2* out = reinterpret_cast<__half2*>(p.out + row * HD);
 #pragma unroll
     for (int i = 0; i < HD / 8; ++i) {
       const int d = i * 8 + qc;
       const float2 gt = *reinterpret_cast<const float2*>(gate + d);
-      out[d / 2] = __floats2half2_rn(o[i][2 * r] * inv_l * sigmoid(gt.x),
-                                     o[i][2 * r + 1] * inv_l * sigmoid(gt.y));
+      store_f16x2_split(o[i][2 * r] * inv_l * sigmoid(gt.x),
+                        o[i][2 * r + 1] * inv_l * sigmoid(gt.y), p.out, p.out_lo,
+                        int64_t(row * HD + d));
     }
   }
 }
@@ -318,7 +318,7 @@ __global__ void kernel_attn_pv_naive(const __grid_constant__ AttnPrefillParams p
   for (int j = 0; j <= p.pos0 + t; ++j) a = fmaf(row[j], bf16_bits_to_float(vcol[j * v_stride]), a);
   const size_t q_row = size_t(t) * p.n_head + h;
   const float gate = p.qg[q_row * 2 * hd + hd + d];
-  p.out[q_row * hd + d] = __half_as_ushort(__float2half_rn(a * sigmoid(gate)));
+  store_f16_split(a * sigmoid(gate), p.out, p.out_lo, int64_t(q_row * hd + d));
 }
 
 // ---- Launchers ----------------------------------------------------------------------------------
@@ -344,7 +344,8 @@ Status check_common(const AttnPrefillParams& p, const char* what) {
 
 Status check_attention(const AttnPrefillParams& p, const char* what) {
   ORCHID_TRY(check_common(p, what));
-  if (!p.out || !aligned16(p.out)) return err(what, ": out must be set and 16-byte aligned");
+  if (!p.out || !aligned16(p.out) || !aligned16(p.out_lo))
+    return err(what, ": out must be set and 16-byte aligned (out_lo too, if set)");
   return {};
 }
 

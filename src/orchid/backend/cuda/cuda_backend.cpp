@@ -39,11 +39,16 @@ Switches Switches::from_env() {
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
   s.prefill = !env_off("ORCHID_PREFILL");
+  s.exact_prefill = !env_off("ORCHID_EXACT_PREFILL");
   s.fused_dequant = !env_off("ORCHID_FUSED_DEQUANT");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   if (const char* v = std::getenv("ORCHID_PREFILL_TILE")) s.prefill_tile = std::atoi(v);
   if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK"))
     s.prefill_chunk = std::clamp(std::atoi(v), 16, 16384);
+  if (const char* v = std::getenv("ORCHID_GDN_CHUNKED"))
+    s.gdn_chunked = env_off("ORCHID_GDN_CHUNKED")                           ? 0
+                    : std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0 ? 1
+                                                                            : -1;
   return s;
 }
 

@@ -38,9 +38,21 @@ namespace orchid::cuda {
 // write as three kernels instead of one.
 // Prefill (cuda_prefill.cpp): ORCHID_PREFILL=0 runs a prompt as one decode step per token instead
 // of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default 4096 tokens);
-// ORCHID_FUSED_DEQUANT=0 dequantises each dense weight to an fp16 buffer before a plain GEMM
-// instead of tile by tile inside it; ORCHID_FLASH_PREFILL=0 materialises the attention scores;
-// ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load).
+// ORCHID_EXACT_PREFILL=0 runs the projections on plain fp16 operands (weights dequantised to
+// fp16, activations rounded to it: ~1e-3 relative per projection, enough to flip near-tied router
+// choices) instead of the exact path (activations as fp16 hi + lo pairs, integer weight codes,
+// scale and bias applied per group in fp32; about twice the tensor-core work);
+// ORCHID_FUSED_DEQUANT=0 (with ORCHID_EXACT_PREFILL=0) dequantises each dense weight to an fp16
+// buffer before a plain GEMM instead of tile by tile inside it; ORCHID_FLASH_PREFILL=0
+// materialises the attention scores; ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs'
+// rows per tile (default: by the load); ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's
+// form: auto (default) the chunked form on the tensor cores from kGdnChunkedMinTokens tokens a
+// chunk up and the sequential scan below, 0 always the sequential scan, 1 always the chunked form.
+// From this many tokens a chunk, ORCHID_GDN_CHUNKED=auto takes the chunked DeltaNet form: below,
+// its two extra launches and 64-token padding outweigh the sequential scan's ~0.25 µs a token.
+// A starting guess, not yet measured (bench prefill's gdn_sequential / gdn_chunked ablations).
+constexpr int kGdnChunkedMinTokens = 256;
+
 struct Switches {
   bool graph = true;
   bool dp4a = true;
@@ -56,10 +68,12 @@ struct Switches {
   int keys_per_split = 128;
   int max_split = 128;
   bool prefill = true;
+  bool exact_prefill = true;
   bool fused_dequant = true;
   bool flash_prefill = true;
   int prefill_tile = 0;  // 0: chosen from the rows per expert
   int prefill_chunk = 4096;
+  int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
   static Switches from_env();
   // Sets the kernels' process-wide flags (kernels.h) from these switches.
   void apply() const;
@@ -108,6 +122,10 @@ struct PrefillScratch {
   float* h = nullptr;       // [chunk, n_embd] residual stream
   uint16_t* xn = nullptr;   // [chunk, n_embd] fp16 normed rows (GEMM operand)
   uint16_t* mix = nullptr;  // [chunk, max(n_head·hd, hv·dv)] fp16 attention / DeltaNet out
+  // The exact path's remainders (x − fp16(x)) of xn, mix, act and sh_act, same shapes; made only
+  // for it (null otherwise).
+  bool exact = false;
+  uint16_t *xn_lo = nullptr, *mix_lo = nullptr, *act_lo = nullptr, *sh_act_lo = nullptr;
   float *qg = nullptr, *k = nullptr, *v = nullptr;  // [chunk, n_head·2hd], [chunk, kv·hd] ×2
   float *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr;  // DeltaNet projections
   float *conv_out = nullptr, *o = nullptr, *beta = nullptr, *decay = nullptr;
@@ -123,11 +141,14 @@ struct PrefillScratch {
   uint16_t* sh_act = nullptr;  // [chunk, n_ff_shexp] fp16
   float* head = nullptr;       // [kHeadRows, n_vocab] logits of a slice of positions
   static constexpr int kHeadRows = 64;
-  DeviceArena extra;  // the ablations' buffers (dequantised weight, scores)
+  DeviceArena extra;  // buffers grown on demand: the ablations' (dequantised weight, scores) and
+                      // the chunked DeltaNet form's tiles (gdn_chunked_scratch_bytes)
   uint16_t* dequant = nullptr;
   int64_t dequant_elems = 0;
   float* scores = nullptr;
   int64_t scores_elems = 0;
+  void* gdn_tiles = nullptr;
+  size_t gdn_tiles_bytes = 0;
 };
 
 // How the lm_head step picks its token.
@@ -199,8 +220,8 @@ class CudaBackend final : public Backend {
   Status prefill_attention(CudaState& st, int l, int T, Profiler* prof);
   Status prefill_delta_net(CudaState& st, int l, int T, Profiler* prof);
   Status prefill_moe(const DevLayer& L, int T, Profiler* prof);
-  Status prefill_gemm(const DevMatrix& w, const uint16_t* a, int lda, int T, float* c, int ldc,
-                      const float* add);
+  Status prefill_gemm(const DevMatrix& w, const uint16_t* a, const uint16_t* a_lo, int lda, int T,
+                      float* c, int ldc, const float* add);
   Status prefill_logits(int T, LogitsMode mode, float* host);
 
   std::unique_ptr<DeviceModel> dm_;

@@ -1,7 +1,9 @@
 // Prefill: a prompt in chunks of up to `prefill_chunk` tokens, every projection a GEMM on the
 // tensor cores (q4 tiles dequantised on chip), the experts as grouped GEMMs over the chunk's
-// tokens sorted by expert on the device, the DeltaNet scan with its state in registers, and flash
-// attention over the cache. Per chunk, per layer:
+// tokens sorted by expert on the device, the DeltaNet scan (sequential with its state in registers,
+// or chunked on the tensor cores: ORCHID_GDN_CHUNKED), and flash attention over the cache. Every
+// fp16 GEMM operand (xn, mix, act) comes with its remainder (xn_lo, …) on the exact path
+// (ORCHID_EXACT_PREFILL, prefill_kernels.h). Per chunk, per layer:
 //   xn = fp16(RMSNorm(h))                          [T, n_embd]
 //   attention: qg, k, v = xn·W → q/k norm + RoPE + KV write → flash attention → h += o·W_o
 //   DeltaNet:  qkv, z, b, a = xn·W → conv, norms, scan, gated norm → h += out·W_out
@@ -25,12 +27,13 @@ int64_t gemm_flops(int64_t m, const DevMatrix& w) {
 }
 
 // Whether the tiled GEMMs take w: rows of whole 8-element pieces, whole quantisation groups of a
-// power-of-two number of units.
-bool gemm_takes(const DevMatrix& w) {
+// power-of-two number of units (exact: of 32 elements or more).
+bool gemm_takes(const DevMatrix& w, bool exact) {
   if (w.cols % 8 != 0) return false;
   if (w.fmt == DevFormat::bf16) return true;
   const int units = w.group / unit_elems(w.fmt);
-  return w.group > 0 && w.cols % w.group == 0 && units > 0 && (units & (units - 1)) == 0;
+  return w.group > 0 && w.cols % w.group == 0 && units > 0 && (units & (units - 1)) == 0 &&
+         (!exact || w.group >= 32);
 }
 
 // buf holds at least `need` elements of the ablations' arena afterwards (a larger buffer replaces
@@ -57,8 +60,8 @@ bool CudaBackend::prefill_supported() const {
     for (const DevMatrix* w :
          {&L.q, &L.k, &L.v, &L.o, &L.qkv, &L.z, &L.b, &L.a, &L.out, &L.router, &L.shared_gate,
           &L.gate, &L.up, &L.down, &L.sh_gate, &L.sh_up, &L.sh_down})
-      if (w->w && !gemm_takes(*w)) return false;
-  return gemm_takes(dm_->lm_head);
+      if (w->w && !gemm_takes(*w, sw_.exact_prefill)) return false;
+  return gemm_takes(dm_->lm_head, sw_.exact_prefill);
 }
 
 int64_t CudaBackend::prefill_scratch_bytes() const {
@@ -66,14 +69,14 @@ int64_t CudaBackend::prefill_scratch_bytes() const {
 }
 
 Status CudaBackend::ensure_prefill_scratch(int chunk) {
-  if (pf_ && pf_->chunk >= chunk) return {};
+  if (pf_ && pf_->chunk >= chunk && pf_->exact == sw_.exact_prefill) return {};
   pf_.reset();
   auto p = std::make_unique<PrefillScratch>();
   DeviceArena& A = p->mem;
   const int64_t C = chunk, H = c_.n_embd, hd = c_.head_dim, slots = c_.n_expert_used + 1;
   const int64_t attn_w = int64_t(c_.n_head) * hd, vd = c_.lin_value_dim();
   const int64_t pairs = C * slots;
-  p->chunk = chunk;
+  p->chunk = chunk, p->exact = sw_.exact_prefill;
   p->max_tiles = int(pairs / 16 + c_.n_expert + 1);  // 16: the smallest tile
   auto take = [&](auto*& dst, int64_t n) -> Status {
     auto r = A.alloc_n<std::remove_reference_t<decltype(*dst)>>(n);
@@ -117,20 +120,26 @@ Status CudaBackend::ensure_prefill_scratch(int chunk) {
     ORCHID_TRY(take(p->sh_gu, C * 2 * c_.n_ff_shexp));
     ORCHID_TRY(take(p->sh_act, C * c_.n_ff_shexp));
   }
+  if (p->exact) {
+    ORCHID_TRY(take(p->xn_lo, C * H));
+    ORCHID_TRY(take(p->mix_lo, C * std::max(attn_w, vd)));
+    ORCHID_TRY(take(p->act_lo, pairs * std::max(c_.n_ff_exp, c_.n_ff_shexp)));
+    if (apart) ORCHID_TRY(take(p->sh_act_lo, C * c_.n_ff_shexp));
+  }
   pf_ = std::move(p);
   return {};
 }
 
-Status CudaBackend::prefill_gemm(const DevMatrix& w, const uint16_t* a, int lda, int T, float* c,
-                                 int ldc, const float* add) {
-  if (!sw_.fused_dequant && w.fmt != DevFormat::bf16) {
+Status CudaBackend::prefill_gemm(const DevMatrix& w, const uint16_t* a, const uint16_t* a_lo,
+                                 int lda, int T, float* c, int ldc, const float* add) {
+  if (!a_lo && !sw_.fused_dequant && w.fmt != DevFormat::bf16) {
     // The ablation's fp16 copy of the largest matrix it meets, grown on demand.
     ORCHID_TRY(grow(pf_->extra, pf_->dequant, pf_->dequant_elems, int64_t(w.rows) * w.cols,
                     "dequantised weight buffer"));
     set_gemm_dequant_scratch(pf_->dequant, pf_->dequant_elems);
   }
   GemmParams g;
-  g.w = w, g.a = a, g.lda = lda, g.m = T, g.c = c, g.ldc = ldc, g.add = add;
+  g.w = w, g.a = a, g.a_lo = a_lo, g.lda = lda, g.m = T, g.c = c, g.ldc = ldc, g.add = add;
   return launch_gemm(g, stream_);
 }
 
@@ -138,16 +147,16 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* pro
   const DevLayer& L = dm_->layers[size_t(l)];
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, hd = c_.head_dim, kvw = c_.n_head_kv * hd;
-  ORCHID_TRY(prefill_gemm(L.q, P.xn, H, T, P.qg, L.q.rows, nullptr));
-  ORCHID_TRY(prefill_gemm(L.k, P.xn, H, T, P.k, kvw, nullptr));
-  ORCHID_TRY(prefill_gemm(L.v, P.xn, H, T, P.v, kvw, nullptr));
+  ORCHID_TRY(prefill_gemm(L.q, P.xn, P.xn_lo, H, T, P.qg, L.q.rows, nullptr));
+  ORCHID_TRY(prefill_gemm(L.k, P.xn, P.xn_lo, H, T, P.k, kvw, nullptr));
+  ORCHID_TRY(prefill_gemm(L.v, P.xn, P.xn_lo, H, T, P.v, kvw, nullptr));
   if (prof) prof->mark("attn qkv gemm", T * (gemm_flops(1, L.q) + 2 * gemm_flops(1, L.k)));
   AttnPrefillParams a;
   a.qg = P.qg, a.k = P.k, a.v = P.v, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
   a.inv_freq = dm_->inv_freq, a.eps = c_.rms_norm_eps;
   a.n_head = c_.n_head, a.n_head_kv = c_.n_head_kv, a.hd = hd, a.n_rot = c_.n_rot;
   a.kc = st.kc[size_t(l)], a.vc = st.vc[size_t(l)], a.pos0 = int(st.n_past_), a.T = T;
-  a.out = P.mix;
+  a.out = P.mix, a.out_lo = P.mix_lo;
   ORCHID_TRY(launch_qk_norm_rope_kv_prefill(a, stream_));
   if (prof) prof->mark("qk norm+rope+kv", 0);
   // Causal: query t meets pos0 + t + 1 keys; QKᵀ and PV are 2 · hd FLOPs per (query, key) each.
@@ -160,7 +169,7 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* pro
     ORCHID_TRY(launch_attention_prefill_naive(a, P.scores, stream_));
   }
   if (prof) prof->mark("attention", 4 * pairs * hd * c_.n_head);
-  ORCHID_TRY(prefill_gemm(L.o, P.mix, c_.n_head * hd, T, P.h, H, P.h));
+  ORCHID_TRY(prefill_gemm(L.o, P.mix, P.mix_lo, c_.n_head * hd, T, P.h, H, P.h));
   if (prof) prof->mark("attn o gemm", gemm_flops(T, L.o));
   return {};
 }
@@ -169,10 +178,10 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* pro
   const DevLayer& L = dm_->layers[size_t(l)];
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, hv = c_.lin_n_head_v, vd = c_.lin_value_dim();
-  ORCHID_TRY(prefill_gemm(L.qkv, P.xn, H, T, P.qkv, c_.lin_conv_dim(), nullptr));
-  ORCHID_TRY(prefill_gemm(L.z, P.xn, H, T, P.z, vd, nullptr));
-  ORCHID_TRY(prefill_gemm(L.b, P.xn, H, T, P.b, hv, nullptr));
-  ORCHID_TRY(prefill_gemm(L.a, P.xn, H, T, P.a, hv, nullptr));
+  ORCHID_TRY(prefill_gemm(L.qkv, P.xn, P.xn_lo, H, T, P.qkv, c_.lin_conv_dim(), nullptr));
+  ORCHID_TRY(prefill_gemm(L.z, P.xn, P.xn_lo, H, T, P.z, vd, nullptr));
+  ORCHID_TRY(prefill_gemm(L.b, P.xn, P.xn_lo, H, T, P.b, hv, nullptr));
+  ORCHID_TRY(prefill_gemm(L.a, P.xn, P.xn_lo, H, T, P.a, hv, nullptr));
   if (prof)
     prof->mark("gdn in gemm",
                gemm_flops(T, L.qkv) + gemm_flops(T, L.z) + gemm_flops(T, L.b) + gemm_flops(T, L.a));
@@ -182,11 +191,28 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* pro
   g.A_log = L.A_log, g.dt_bias = L.dt_bias, g.norm = L.gnorm;
   g.hk = c_.lin_n_head_k, g.hv = hv, g.dk = c_.lin_head_dim_k, g.dv = c_.lin_head_dim_v;
   g.K = c_.lin_conv_kernel, g.eps = c_.rms_norm_eps, g.pos0 = int(st.n_past_), g.T = T;
-  g.conv_out = P.conv_out, g.beta = P.beta, g.decay = P.decay, g.o = P.o, g.out = P.mix;
+  g.conv_out = P.conv_out, g.beta = P.beta, g.decay = P.decay, g.o = P.o;
+  g.out = P.mix, g.out_lo = P.mix_lo;
+  // auto keeps the sequential scan on devices without the chunked form's shared memory; 1 forces
+  // the chunked form (and fails loudly there).
+  const bool chunked = sw_.gdn_chunked == 1 || (sw_.gdn_chunked < 0 && T >= kGdnChunkedMinTokens &&
+                                                gdn_chunked_supported());
+  if (chunked) {
+    // Tiles for the largest chunk seen so far, grown on demand (the switch may change between
+    // prompts; the bench flips it).
+    const size_t bytes = gdn_chunked_scratch_bytes(T, g.hk, hv);
+    if (bytes > P.gdn_tiles_bytes) {
+      auto r = P.extra.alloc(bytes);
+      if (!r) return err("chunked DeltaNet tiles: ", r.message());
+      P.gdn_tiles = *r, P.gdn_tiles_bytes = bytes;
+    }
+    g.form = GdnScanForm::chunked, g.chunk_scratch = P.gdn_tiles;
+  }
   ORCHID_TRY(launch_gdn_prefill(g, stream_));
-  // The scan: per token and state element, decay + two products + update ≈ 8 FLOPs.
-  if (prof) prof->mark("gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
-  ORCHID_TRY(prefill_gemm(L.out, P.mix, vd, T, P.h, H, P.h));
+  // Per token and state element, decay + two products + update ≈ 8 FLOPs: the sequential scan's
+  // work, counted the same for the chunked form so that the two rates compare as speeds.
+  if (prof) prof->mark(chunked ? "gdn chunked" : "gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
+  ORCHID_TRY(prefill_gemm(L.out, P.mix, P.mix_lo, vd, T, P.h, H, P.h));
   if (prof) prof->mark("gdn out gemm", gemm_flops(T, L.out));
   return {};
 }
@@ -197,7 +223,8 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   ORCHID_TRY(launch_router_logits_f32(P.h, L.post_norm, c_.rms_norm_eps, T, H, L.router,
                                       L.shared_gate, P.logits, stream_));
   if (prof) prof->mark("router (fp32)", gemm_flops(T, L.router) + gemm_flops(T, L.shared_gate));
-  ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, stream_));
+  ORCHID_TRY(
+      launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
   MoeRouting r;
   r.T = T, r.n_expert = E, r.top_k = c_.n_expert_used, r.logits = P.logits;
   r.shared_stacked = !L.shared_apart;
@@ -220,11 +247,13 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   const int64_t stacked = E + (L.shared_apart ? 0 : 1);
   const int64_t pairs = int64_t(T) * (c_.n_expert_used + (L.shared_apart ? 0 : 1));
   ExpertGateUpParams gu;
-  gu.gate = L.gate, gu.up = L.up, gu.n_ff = c_.n_ff_exp, gu.x = P.xn, gu.r = &r, gu.act = P.act;
+  gu.gate = L.gate, gu.up = L.up, gu.n_ff = c_.n_ff_exp, gu.x = P.xn, gu.x_lo = P.xn_lo, gu.r = &r;
+  gu.act = P.act, gu.act_lo = P.act_lo;
   ORCHID_TRY(launch_expert_gate_up(gu, stream_));
   if (prof) prof->mark("expert gate/up", 2 * gemm_flops(pairs, L.gate) / stacked);
   ExpertDownParams dn;
-  dn.down = L.down, dn.n_embd = H, dn.n_ff = c_.n_ff_exp, dn.act = P.act, dn.r = &r;
+  dn.down = L.down, dn.n_embd = H, dn.n_ff = c_.n_ff_exp, dn.act = P.act, dn.act_lo = P.act_lo;
+  dn.r = &r;
   dn.slot_out = P.slot_out;
   ORCHID_TRY(launch_expert_down(dn, stream_));
   if (prof) prof->mark("expert down", gemm_flops(pairs, L.down) / stacked);
@@ -232,11 +261,12 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
     // The shared expert as dense GEMMs over every token, its rows into slot_out's shared slot.
     const int ff = c_.n_ff_shexp;
     float *g = P.sh_gu, *u = P.sh_gu + int64_t(T) * ff;
-    ORCHID_TRY(prefill_gemm(L.sh_gate, P.xn, H, T, g, ff, nullptr));
-    ORCHID_TRY(prefill_gemm(L.sh_up, P.xn, H, T, u, ff, nullptr));
-    ORCHID_TRY(launch_silu_mul_rows_f16(g, u, T, ff, P.sh_act, stream_));
+    ORCHID_TRY(prefill_gemm(L.sh_gate, P.xn, P.xn_lo, H, T, g, ff, nullptr));
+    ORCHID_TRY(prefill_gemm(L.sh_up, P.xn, P.xn_lo, H, T, u, ff, nullptr));
+    ORCHID_TRY(launch_silu_mul_rows_f16(g, u, T, ff, P.sh_act, P.sh_act_lo, stream_));
     float* shared_slot = P.slot_out + int64_t(c_.n_expert_used) * H;
-    ORCHID_TRY(prefill_gemm(L.sh_down, P.sh_act, ff, T, shared_slot, slots * H, nullptr));
+    ORCHID_TRY(
+        prefill_gemm(L.sh_down, P.sh_act, P.sh_act_lo, ff, T, shared_slot, slots * H, nullptr));
     ORCHID_TRY(launch_scale_rows_sigmoid(shared_slot, int64_t(slots) * H, T, H, P.logits + E, E + 1,
                                          stream_));
     if (prof)
@@ -255,7 +285,8 @@ Status CudaBackend::prefill_chunk(CudaState& st, int T, Profiler* prof) {
   if (prof) prof->mark("embed", 0);
   for (int l = 0; l < c_.n_layer; ++l) {
     const DevLayer& L = dm_->layers[size_t(l)];
-    ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.attn_norm, c_.rms_norm_eps, T, H, P.xn, stream_));
+    ORCHID_TRY(
+        launch_rms_norm_rows_f16(P.h, L.attn_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
     if (prof) prof->mark("rms norm", 0);
     if (c_.layer_types[size_t(l)] == LayerKind::full_attention)
       ORCHID_TRY(prefill_attention(st, l, T, prof));
@@ -281,10 +312,13 @@ Status CudaBackend::prefill_logits(int T, LogitsMode mode, float* host) {
     ORCHID_CUDA(cudaMemcpyAsync(host, logits_, size_t(V) * 4, cudaMemcpyDeviceToHost, stream_));
     return {};
   }
-  ORCHID_TRY(launch_rms_norm_rows_f16(P.h, dm_->out_norm, c_.rms_norm_eps, T, H, P.xn, stream_));
+  ORCHID_TRY(
+      launch_rms_norm_rows_f16(P.h, dm_->out_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
   for (int r0 = 0; r0 < T; r0 += PrefillScratch::kHeadRows) {
     const int n = std::min(PrefillScratch::kHeadRows, T - r0);
-    ORCHID_TRY(prefill_gemm(dm_->lm_head, P.xn + int64_t(r0) * H, H, n, P.head, int(V), nullptr));
+    const int64_t off = int64_t(r0) * H;
+    ORCHID_TRY(prefill_gemm(dm_->lm_head, P.xn + off, P.xn_lo ? P.xn_lo + off : nullptr, H, n,
+                            P.head, int(V), nullptr));
     ORCHID_CUDA(cudaMemcpyAsync(host + int64_t(r0) * V, P.head, size_t(n * V) * 4,
                                 cudaMemcpyDeviceToHost, stream_));
   }

@@ -1,7 +1,8 @@
 // `orchid bench prefill` on the CUDA backend: tok/s per prompt length from an empty state, the
 // per-kernel time of the chunked path at the ablation lengths (GEMM kernels against the MMA peak),
-// each prefill switch's matched ablation there, and the device memory in use after the longest
-// prompt (weights + KV + state + one chunk's buffers).
+// each prefill switch's matched ablation there (and the DeltaNet launch's time in each scan form),
+// and the device memory in use after the longest prompt (weights + KV + state + one chunk's
+// buffers).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -87,10 +88,13 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
   const cuda::Switches base = be->switches();
   out["mma_peak_TFLOP_per_s"] = kMmaPeakTflops;
   out["prefill_switches"] = {{"prefill", base.prefill},
+                             {"exact_prefill", base.exact_prefill},
                              {"fused_dequant", base.fused_dequant},
                              {"flash_prefill", base.flash_prefill},
                              {"prefill_tile", base.prefill_tile},
-                             {"prefill_chunk", base.prefill_chunk}};
+                             {"prefill_chunk", base.prefill_chunk},
+                             {"gdn_chunked", base.gdn_chunked},
+                             {"gdn_chunked_min_tokens", cuda::kGdnChunkedMinTokens}};
   // Warm-up: the first prefill makes the chunk buffers.
   if (auto w = prefill_speed(*be, 256, 1); !w) return w.error();
   nlohmann::json speed = nlohmann::json::object();
@@ -132,12 +136,18 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
     };
     static constexpr Variant kVariants[] = {
         {"chunked_prefill_off", [](cuda::Switches& s) { s.prefill = false; }},
-        {"fused_dequant_off", [](cuda::Switches& s) { s.fused_dequant = false; }},
+        {"exact_prefill_off", [](cuda::Switches& s) { s.exact_prefill = false; }},
+        // The dequantisation ablation exists on the fp16 path only: compare with exact_prefill_off.
+        {"fused_dequant_off",
+         [](cuda::Switches& s) { s.exact_prefill = false, s.fused_dequant = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         {"tile_16", [](cuda::Switches& s) { s.prefill_tile = 16; }},
         {"tile_32", [](cuda::Switches& s) { s.prefill_tile = 32; }},
         {"tile_64", [](cuda::Switches& s) { s.prefill_tile = 64; }},
-        {"tile_128", [](cuda::Switches& s) { s.prefill_tile = 128; }}};
+        {"tile_128", [](cuda::Switches& s) { s.prefill_tile = 128; }},
+        // The DeltaNet scan's two forms at this length (all_on is whichever auto picks).
+        {"gdn_sequential", [](cuda::Switches& s) { s.gdn_chunked = 0; }},
+        {"gdn_chunked", [](cuda::Switches& s) { s.gdn_chunked = 1; }}};
     for (const Variant& v : kVariants) {
       cuda::Switches s = base;
       v.set(s);
@@ -148,6 +158,21 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
       a[v.name] = *r;
       std::printf("  %-20s %9.1f tok/s (all on %.1f)\n", v.name, *r, *on);
     }
+    // The DeltaNet launch alone in each form (conv, norms, scan, gated norm; summed over the
+    // layers): what kGdnChunkedMinTokens is chosen from.
+    nlohmann::json gdn_ms = nlohmann::json::object();
+    for (int form : {0, 1}) {
+      cuda::Switches s = base;
+      s.gdn_chunked = form;
+      be->switches() = s;
+      auto pf = prefill_profile(*be, n);
+      be->switches() = base;
+      if (!pf) return pf.error();
+      for (const auto& k : (*pf)["kernels"])
+        if (k["kernel"] == "gdn scan" || k["kernel"] == "gdn chunked")
+          gdn_ms[k["kernel"].get<std::string>()] = k["ms"];
+    }
+    a["gdn_ms"] = gdn_ms;
     abl[std::to_string(n)] = a;
   }
   out["prefill_profile"] = prof;

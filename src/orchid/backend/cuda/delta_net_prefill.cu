@@ -1,6 +1,7 @@
 // Gated DeltaNet over a chunk of T prompt tokens: the causal conv + SiLU, the ring update, q/k L2
-// norms with β and the decay, the delta-rule scan with the state in registers, and the gated
-// RMSNorm, as five plain launches (the formulas of delta_net.cu's one-token kernel).
+// norms with β and the decay, the delta-rule scan, and the gated RMSNorm, as plain launches (the
+// formulas of delta_net.cu's one-token kernel). The scan here is the sequential form with the
+// state in registers; the chunked form on the tensor cores is delta_net_chunked.cu.
 #include <cuda_fp16.h>
 
 #include "orchid/backend/cuda/delta_net_core.cuh"
@@ -133,7 +134,8 @@ __global__ void __launch_bounds__(kNormThreads)
 // the FP32 instructions of one warp issuing about every other cycle). Slower, measured: 8 or 16
 // lanes a single column (1.38–1.46 ms), 2 columns a lane with 2 warps per scheduler (1.10 ms),
 // two tokens a step against the pre-pair state (1.06 ms), the decay kept as a lazy scale
-// (1.13 ms). Well under 1 ms needs the chunked form on the tensor cores (spec §6.7).
+// (1.13 ms). Well under 1 ms needs the chunked form on the tensor cores (spec §6.7,
+// delta_net_chunked.cu).
 // q̂, k̂, v, β and the decay of kScanTile tokens are staged in shared memory by cp.async, double
 // buffered: one barrier per tile, the next tile's copy overlapping this tile's tokens.
 constexpr int kScanLanes = 16;  // lanes sharing a group of 4 columns
@@ -315,7 +317,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
 // ---- (e) Gated RMSNorm -----------------------------------------------------------------------
 
 // One warp per (token, value head): out = fp16(o · rsqrt(mean(o²) + eps) · norm · silu(z)) over
-// the head's dv ≤ 128 outputs (four a lane).
+// the head's dv ≤ 128 outputs (four a lane), and its remainder into out_lo when set.
 constexpr int kGatedThreads = 256;
 
 __global__ void __launch_bounds__(kGatedThreads)
@@ -337,9 +339,16 @@ __global__ void __launch_bounds__(kGatedThreads)
   for (int u = 0; u < kMaxGdnHeadDim / 32; ++u) {
     const int d = lane + 32 * u;
     if (d < dv)
-      p.out[base + d] =
-          __half_as_ushort(__float2half_rn(e[u] * inv * p.norm[d] * silu(p.z[base + d])));
+      store_f16_split(e[u] * inv * p.norm[d] * silu(p.z[base + d]), p.out, p.out_lo,
+                      int64_t(base + d));
   }
+}
+
+Status launch_gated_norm(const GdnPrefillParams& p, cudaStream_t s) {
+  const int rows_per_block = kGatedThreads / 32;
+  gdn_gated_norm_kernel<<<(p.T * p.hv + rows_per_block - 1) / rows_per_block, kGatedThreads, 0,
+                          s>>>(p);
+  return last_launch("delta net prefill gated norm");
 }
 
 }  // namespace
@@ -355,6 +364,9 @@ Status launch_gdn_prefill(const GdnPrefillParams& p, cudaStream_t s) {
   if (p.K < 1 || p.K > kMaxConvK) return err("delta net prefill: conv kernel of ", p.K, " taps");
   if (p.T < 1 || p.T > kConvRun * 65535 || p.pos0 < 0)
     return err("delta net prefill: chunk of ", p.T, " tokens at position ", p.pos0);
+  const bool chunked = p.form == GdnScanForm::chunked;
+  if (chunked && (!p.chunk_scratch || reinterpret_cast<uintptr_t>(p.chunk_scratch) % 16 != 0))
+    return err("delta net prefill: the chunked form needs 16-byte aligned scratch");
   const int C = 2 * p.hk * p.dk + p.hv * p.dv;  // conv_dim
   const dim3 conv_grid((C + kConvThreads - 1) / kConvThreads, (p.T + kConvRun - 1) / kConvRun);
   gdn_conv_kernel<<<conv_grid, kConvThreads, 0, s>>>(p, C);
@@ -363,6 +375,10 @@ Status launch_gdn_prefill(const GdnPrefillParams& p, cudaStream_t s) {
   if (Status st = last_launch("delta net prefill ring"); !st.ok()) return st;
   gdn_norm_gate_kernel<<<p.T, kNormThreads, 0, s>>>(p, C);
   if (Status st = last_launch("delta net prefill norms"); !st.ok()) return st;
+  if (chunked) {
+    if (Status st = launch_gdn_scan_chunked(p, s); !st.ok()) return st;
+    return launch_gated_norm(p, s);
+  }
   // More than the default 48 KB of dynamic shared memory must be allowed explicitly; set on every
   // launch (cheap), so it holds for whichever device is current.
   if (cudaError_t e = cudaFuncSetAttribute(
@@ -372,10 +388,7 @@ Status launch_gdn_prefill(const GdnPrefillParams& p, cudaStream_t s) {
   const dim3 scan_grid(p.hv, (p.dv + kScanCols - 1) / kScanCols);
   gdn_scan_kernel<<<scan_grid, kScanThreads, kScanSmem, s>>>(p, C);
   if (Status st = last_launch("delta net prefill scan"); !st.ok()) return st;
-  const int rows_per_block = kGatedThreads / 32;
-  gdn_gated_norm_kernel<<<(p.T * p.hv + rows_per_block - 1) / rows_per_block, kGatedThreads, 0,
-                          s>>>(p);
-  return last_launch("delta net prefill gated norm");
+  return launch_gated_norm(p, s);
 }
 
 }  // namespace orchid::cuda

@@ -1,7 +1,8 @@
-// Device-side helpers shared by the kernels: launch checking, bf16 bits ↔ float, warp and
-// block reductions, a counter-based random hash.
+// Device-side helpers shared by the kernels: launch checking, bf16 bits ↔ float, the prefill
+// GEMMs' fp16 operands (hi + lo), warp and block reductions, a counter-based random hash.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -68,6 +69,30 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
   const uint32_t u = __float_as_uint(f);
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// The prefill GEMMs' fp16 operands (prefill_kernels.h): hi[i] = fp16(x) and, when lo is set,
+// lo[i] = fp16(x − hi) (exact in fp32 before that rounding). x is saturated to fp16's largest
+// finite ±65,504 first: the values are normed or gated, far below it, and an outlier past it
+// stays finite (hi ±65,504, lo 0) where inf would poison every sum it enters; NaN stays NaN.
+__device__ __forceinline__ float f16_saturate(float x) {
+  return x > 65504.f ? 65504.f : x < -65504.f ? -65504.f : x;
+}
+__device__ __forceinline__ void store_f16_split(float x, uint16_t* hi, uint16_t* lo, int64_t i) {
+  x = f16_saturate(x);
+  const __half h = __float2half_rn(x);
+  hi[i] = __half_as_ushort(h);
+  if (lo) lo[i] = __half_as_ushort(__float2half_rn(x - __half2float(h)));
+}
+// Elements i, i + 1 (i even: 4-byte stores).
+__device__ __forceinline__ void store_f16x2_split(float x, float y, uint16_t* hi, uint16_t* lo,
+                                                  int64_t i) {
+  x = f16_saturate(x), y = f16_saturate(y);
+  const __half2 h = __floats2half2_rn(x, y);
+  *reinterpret_cast<__half2*>(hi + i) = h;
+  if (lo)
+    *reinterpret_cast<__half2*>(lo + i) =
+        __floats2half2_rn(x - __low2float(h), y - __high2float(h));
 }
 
 // Element (row, c) of a device matrix, dequantised (embedding rows).

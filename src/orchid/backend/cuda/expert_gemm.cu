@@ -1,9 +1,11 @@
-// The MoE experts over a chunk on the tensor cores (gemm_tile.cuh): gate/up with the SiLU-gated
-// product as epilogue, down with the routing weight and one fp32 row per (token, slot), and the
-// deterministic combine. Work comes in the routing's tiles (≤ tile_rows sorted pairs of one
-// expert); block (x, y) takes tile x and column tile y, and blocks past *n_tiles exit at once.
-// Tiles vary fastest, so the blocks in flight cover the few tiles of each expert together and its
-// weights come from DRAM about once per chunk.
+// The MoE experts over a chunk on the tensor cores (gemm_tile.cuh), exact or in fp16: gate/up with
+// the SiLU-gated product as epilogue (exact: written as an hi + lo pair), down with the routing
+// weight and one fp32 row per (token, slot), and the deterministic combine. Work comes in the
+// routing's tiles (≤ tile_rows sorted pairs of one expert); block (x, y) takes tile x and column
+// tile y, and blocks past *n_tiles exit at once. Tiles vary fastest, so the blocks in flight cover
+// the few tiles of each expert together and its weights come from DRAM about once per chunk.
+#include <type_traits>
+
 #include "orchid/backend/cuda/gemm_tile.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
@@ -24,18 +26,22 @@ struct Tiles {
   const float* pair_w;
 };
 
+// x_lo, act_lo (exact path): the A_lo offsets (elements from a row of x / act to its remainder).
 struct GateUpArgs {
   DevMatrix gate, up;  // [(n_expert + 1) · n_ff, k]
   int n_ff, k, sb_shift;
   const uint16_t* x;  // [T, k] fp16
+  int64_t x_lo;
   Tiles t;
-  uint16_t* act;  // [pairs, n_ff] fp16
+  uint16_t* act;     // [pairs, n_ff] fp16
+  uint16_t* act_lo;  // [pairs, n_ff] fp16 remainder, or null
 };
 
 struct DownArgs {
   DevMatrix down;  // [(n_expert + 1) · n_embd, n_ff]
   int n_embd, n_ff, sb_shift, n_slot;
   const uint16_t* act;  // [pairs, n_ff]
+  int64_t act_lo;
   Tiles t;
   float* slot_out;  // [T, n_slot, n_embd]
 };
@@ -60,7 +66,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int tid = threadIdx.x, e = p.t.expert[tile], j0 = p.t.begin[tile];
   const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = blockIdx.y * (Cfg::BN / 2);
   TileSrc<Cfg> src;
-  src.k = p.k, src.sb_shift = p.sb_shift;
+  src.k = p.k, src.sb_shift = p.sb_shift, src.lo = p.x_lo;
 #pragma unroll
   for (int q = 0; q < Cfg::kAPerThread; ++q) {
     const int r = (tid + q * Cfg::kThreads) >> 3;
@@ -79,15 +85,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns.
   Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
     if (r >= rows) return;
-    uint16_t* out = p.act + int64_t(j0 + r) * p.n_ff;
+    const int64_t out = int64_t(j0 + r) * p.n_ff;
 #pragma unroll
     for (int j = 0; j < Cfg::NJ / 2; ++j) {
       const int col = n0 + col0(j);  // n_ff even: col + 1 fits too
       if (col >= p.n_ff) continue;
       const float* g = acc[i][j] + 2 * h;
       const float* u = acc[i][j + Cfg::NJ / 2] + 2 * h;
-      *reinterpret_cast<__half2*>(out + col) =
-          __floats2half2_rn(silu(g[0]) * u[0], silu(g[1]) * u[1]);
+      store_f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], p.act, p.act_lo, out + col);
     }
   });
 }
@@ -102,7 +107,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int tid = threadIdx.x, e = p.t.expert[tile], j0 = p.t.begin[tile];
   const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = blockIdx.y * Cfg::BN;
   TileSrc<Cfg> src;
-  src.k = p.n_ff, src.sb_shift = p.sb_shift;
+  src.k = p.n_ff, src.sb_shift = p.sb_shift, src.lo = p.act_lo;
 #pragma unroll
   for (int q = 0; q < Cfg::kAPerThread; ++q) {
     const int r = (tid + q * Cfg::kThreads) >> 3;
@@ -162,7 +167,7 @@ Status check_routing(const MoeRouting* r, const char* what) {
 // (E = 256, top-8 + shared, 2048 / 512, q4), gate/up ran at 241 TFLOP/s with 64-row tiles and
 // 296 with 128-row tiles (real pairs only, despite the emptier last tile per expert); down at 184
 // with either. 32- and 16-row tiles (few rows per expert): 4 warps of mma.sync, 32 (16) × 32.
-template <template <class> class Kernel, TileB B, bool GATED, class Args>
+template <template <class> class Kernel, TileB B, bool GATED, bool EXACT, class Args>
 Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, const char* what) {
   auto go = [&](auto cfg) -> Status {
     using Cfg = decltype(cfg);
@@ -170,10 +175,35 @@ Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, cons
     Kernel<Cfg>::fn<<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
     return last_launch(what);
   };
-  if (tile_rows == 128) return go(TileCfg<B, 128, 8, 1, GATED>{});
-  if (tile_rows == 64) return go(TileCfg<B, 64, 4, 1, GATED>{});
-  if (tile_rows == 32) return go(TileCfg<B, 32, 1, 4, GATED>{});
-  return go(TileCfg<B, 16, 1, 4, GATED>{});
+  if (tile_rows == 128) return go(TileCfg<B, 128, 8, 1, GATED, EXACT>{});
+  if (tile_rows == 64) return go(TileCfg<B, 64, 4, 1, GATED, EXACT>{});
+  if (tile_rows == 32) return go(TileCfg<B, 32, 1, 4, GATED, EXACT>{});
+  return go(TileCfg<B, 16, 1, 4, GATED, EXACT>{});
+}
+
+// The variant for w's format and the path (exact when the operand's remainder is given).
+template <template <class> class Kernel, bool GATED, class Args>
+Status launch_format(DevFormat fmt, bool exact, int tile_rows, dim3 grid, const Args& a,
+                     cudaStream_t s, const char* what) {
+  auto go = [&](auto b) -> Status {
+    constexpr TileB B = decltype(b)::value;
+    return exact ? launch_rows<Kernel, B, GATED, true>(tile_rows, grid, a, s, what)
+                 : launch_rows<Kernel, B, GATED, false>(tile_rows, grid, a, s, what);
+  };
+  switch (fmt) {
+    case DevFormat::q4:
+      return go(std::integral_constant<TileB, TileB::q4>{});
+    case DevFormat::q8:
+      return go(std::integral_constant<TileB, TileB::q8>{});
+    case DevFormat::bf16:
+      return go(std::integral_constant<TileB, TileB::bf16>{});
+  }
+  return err(what, ": unknown format");
+}
+
+// Elements from a row of `a` to its row of `lo` (the same layout in another buffer); 0 for none.
+int64_t lo_offset(const uint16_t* a, const uint16_t* lo) {
+  return lo ? (reinterpret_cast<intptr_t>(lo) - reinterpret_cast<intptr_t>(a)) / 2 : 0;
 }
 template <class Cfg>
 struct GateUpKernel {
@@ -205,19 +235,17 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
   if (!p.x || !p.act || reinterpret_cast<uintptr_t>(p.x) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.act) % 16 != 0)
     return err("expert gate/up: x and act must be 16-byte aligned");
+  const bool exact = p.x_lo != nullptr;
+  if (exact != (p.act_lo != nullptr) || reinterpret_cast<uintptr_t>(p.x_lo) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.act_lo) % 16 != 0)
+    return err("expert gate/up: x_lo and act_lo come together, 16-byte aligned");
+  if (exact) ORCHID_TRY(tile_exact_group(g, "expert gate/up"));
   if (p.r->max_tiles == 0) return {};
-  const GateUpArgs a{g, u, p.n_ff, g.cols, *shift, p.x, tiles_of(*p.r), p.act};
+  const GateUpArgs a{
+      g, u, p.n_ff, g.cols, *shift, p.x, lo_offset(p.x, p.x_lo), tiles_of(*p.r), p.act, p.act_lo};
   const dim3 grid(p.r->max_tiles, (p.n_ff + 63) / 64);
-  const int tr = p.r->tile_rows;
-  switch (g.fmt) {
-    case DevFormat::q4:
-      return launch_rows<GateUpKernel, TileB::q4, true>(tr, grid, a, s, "expert gate/up");
-    case DevFormat::q8:
-      return launch_rows<GateUpKernel, TileB::q8, true>(tr, grid, a, s, "expert gate/up");
-    case DevFormat::bf16:
-      return launch_rows<GateUpKernel, TileB::bf16, true>(tr, grid, a, s, "expert gate/up");
-  }
-  return err("expert gate/up: unknown format");
+  return launch_format<GateUpKernel, true>(g.fmt, exact, p.r->tile_rows, grid, a, s,
+                                           "expert gate/up");
 }
 
 Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
@@ -229,21 +257,17 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   if (p.n_embd <= 0 || d.rows < rows || d.cols != p.n_ff || p.n_ff % 8 != 0)
     return err("expert down: [", d.rows, ", ", d.cols, "] is not stacked [", rows, ", n_ff ",
                p.n_ff, "]");
-  if (!p.act || !p.slot_out || reinterpret_cast<uintptr_t>(p.act) % 16 != 0)
-    return err("expert down: act (16-byte aligned) and slot_out needed");
+  if (!p.act || !p.slot_out || reinterpret_cast<uintptr_t>(p.act) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.act_lo) % 16 != 0)
+    return err("expert down: act (and act_lo: 16-byte aligned) and slot_out needed");
+  const bool exact = p.act_lo != nullptr;
+  if (exact) ORCHID_TRY(tile_exact_group(d, "expert down"));
   if (p.r->max_tiles == 0) return {};
-  const DownArgs a{d, p.n_embd, p.n_ff, *shift, p.r->top_k + 1, p.act, tiles_of(*p.r), p.slot_out};
+  const int64_t lo = lo_offset(p.act, p.act_lo);
+  const DownArgs a{d,     p.n_embd, p.n_ff,         *shift,    p.r->top_k + 1,
+                   p.act, lo,       tiles_of(*p.r), p.slot_out};
   const dim3 grid(p.r->max_tiles, (p.n_embd + 127) / 128);
-  const int tr = p.r->tile_rows;
-  switch (d.fmt) {
-    case DevFormat::q4:
-      return launch_rows<DownKernel, TileB::q4, false>(tr, grid, a, s, "expert down");
-    case DevFormat::q8:
-      return launch_rows<DownKernel, TileB::q8, false>(tr, grid, a, s, "expert down");
-    case DevFormat::bf16:
-      return launch_rows<DownKernel, TileB::bf16, false>(tr, grid, a, s, "expert down");
-  }
-  return err("expert down: unknown format");
+  return launch_format<DownKernel, false>(d.fmt, exact, p.r->tile_rows, grid, a, s, "expert down");
 }
 
 Status launch_moe_combine(const float* slot_out, int T, int n_slot, int n_embd, float* h,

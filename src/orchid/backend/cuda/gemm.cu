@@ -1,6 +1,7 @@
 // The dense prefill projection C[M, N] = A[M, K] · Wᵀ (+ add) on the tensor cores, W's q4 / q8 /
-// bf16 tiles dequantised in shared memory (gemm_tile.cuh); and its ablation: the whole W
-// dequantised to an fp16 buffer first, then the same tiles read straight from it.
+// bf16 tiles dequantised in shared memory (gemm_tile.cuh), exact (A as hi + lo, integer codes
+// folded per group) or in fp16; and the fp16 path's ablation: the whole W dequantised to an fp16
+// buffer first, then the same tiles read straight from it.
 // Measured on the H200 (q4, M = 8192, N 2048 … 8192, K 2048 … 4096): fused 314–370 TFLOP/s; the
 // ablation 412–489 with its dequantisation pass included, since the fused path dequantises every
 // weight tile once per 128-row tile (at M = 256 the fused path wins for N = 8192: 206 against 157).
@@ -28,11 +29,11 @@ struct Scratch {
 // A (T · K fp16: a few MB) stays in L2. w: [n, k] (fp16 rows of k / 8 units for TileB::f16).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_gemm(const __grid_constant__ GemmParams p, int n, int k, int sb_shift) {
+    kernel_gemm(const __grid_constant__ GemmParams p, int n, int k, int sb_shift, int64_t lo) {
   extern __shared__ __align__(1024) char smem[];
   const int tid = threadIdx.x, m0 = blockIdx.x * Cfg::BM, n0 = blockIdx.y * Cfg::BN;
   TileSrc<Cfg> src;
-  src.k = k, src.sb_shift = sb_shift;
+  src.k = k, src.sb_shift = sb_shift, src.lo = lo;
 #pragma unroll
   for (int q = 0; q < Cfg::kAPerThread; ++q) {
     const int r = m0 + ((tid + q * Cfg::kThreads) >> 3);
@@ -63,22 +64,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   });
 }
 
-template <TileB B, int BM>
-Status launch_tiles(const GemmParams& p, int sb_shift, cudaStream_t s) {
-  using Cfg = TileCfg<B, BM, BM / 16, 1, false>;  // warpgroups: wgmma on sm_90a
+// lo: the exact path's A_lo offset (elements from a row of A to its row of A_lo).
+template <TileB B, int BM, bool EXACT>
+Status launch_tiles(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
+  using Cfg = TileCfg<B, BM, BM / 16, 1, false, EXACT>;  // warpgroups: wgmma on sm_90a
   ORCHID_TRY(allow_smem(kernel_gemm<Cfg>, Cfg::kSmem, "gemm"));
   const dim3 grid((p.m + BM - 1) / BM, (p.w.rows + Cfg::BN - 1) / Cfg::BN);
-  kernel_gemm<Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(p, p.w.rows, p.w.cols, sb_shift);
+  kernel_gemm<Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(p, p.w.rows, p.w.cols, sb_shift, lo);
   return last_launch("gemm");
 }
 
 // BM = 128 halves the dequantisation per product, once there are enough tiles to fill the GPU
 // twice over; smaller launches take 64-row tiles.
-template <TileB B>
-Status launch_format(const GemmParams& p, int sb_shift, cudaStream_t s) {
+template <TileB B, bool EXACT>
+Status launch_format(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
   const int64_t tiles128 = int64_t((p.m + 127) / 128) * ((p.w.rows + 127) / 128);
-  if (tiles128 >= 2 * sm_count()) return launch_tiles<B, 128>(p, sb_shift, s);
-  return launch_tiles<B, 64>(p, sb_shift, s);
+  if (tiles128 >= 2 * sm_count()) return launch_tiles<B, 128, EXACT>(p, sb_shift, lo, s);
+  return launch_tiles<B, 64, EXACT>(p, sb_shift, lo, s);
+}
+
+// W's own format, its tiles dequantised (or, exact, decoded) in shared memory.
+template <bool EXACT>
+Status launch_fused(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
+  switch (p.w.fmt) {
+    case DevFormat::q4:
+      return launch_format<TileB::q4, EXACT>(p, sb_shift, lo, s);
+    case DevFormat::q8:
+      return launch_format<TileB::q8, EXACT>(p, sb_shift, lo, s);
+    case DevFormat::bf16:
+      return launch_format<TileB::bf16, EXACT>(p, sb_shift, lo, s);
+  }
+  return err("gemm: unknown format");
 }
 
 // One thread per 16-byte unit of w; out rows are cols fp16 (cols a multiple of 8).
@@ -94,7 +110,7 @@ __global__ void kernel_dequant_f16(const __grid_constant__ DevMatrix w, uint16_t
   uint32_t sb = 0;
   if constexpr (B != TileB::bf16) sb = __ldg(w.sb + r * (w.units >> sb_shift) + (cu >> sb_shift));
   uint4 ch[E / 8];
-  dequant_unit<B>(raw, sb, ch);
+  dequant_unit<B, true>(raw, sb, ch);
   uint4* o = reinterpret_cast<uint4*>(out + r * w.cols + int64_t(cu) * E);
 #pragma unroll
   for (int c = 0; c < E / 8; ++c) o[c] = ch[c];
@@ -144,11 +160,18 @@ Status launch_gemm(const GemmParams& p, cudaStream_t s) {
                p.lda, ")");
   if (p.ldc < p.w.rows) return err("gemm: ldc ", p.ldc, " < ", p.w.rows, " output columns");
   if ((p.w.rows + 127) / 128 > 65535) return err("gemm: ", p.w.rows, " rows are too many");
+  if (p.a_lo) {
+    ORCHID_TRY(tile_exact_group(p.w, "gemm"));
+    if (reinterpret_cast<uintptr_t>(p.a_lo) % 16 != 0)
+      return err("gemm: A_lo must be 16-byte aligned");
+  }
   if (p.m == 0) return {};
-  if (p.w.fmt == DevFormat::bf16) return launch_format<TileB::bf16>(p, 0, s);
-  if (gemm_fused_dequant_enabled())
-    return p.w.fmt == DevFormat::q4 ? launch_format<TileB::q4>(p, *shift, s)
-                                    : launch_format<TileB::q8>(p, *shift, s);
+  // A_lo's rows sit at a fixed distance from A's (same layout, another buffer).
+  if (p.a_lo)
+    return launch_fused<true>(
+        p, *shift, (reinterpret_cast<intptr_t>(p.a_lo) - reinterpret_cast<intptr_t>(p.a)) / 2, s);
+  if (p.w.fmt == DevFormat::bf16 || gemm_fused_dequant_enabled())
+    return launch_fused<false>(p, *shift, 0, s);
   // The ablation: W → fp16 scratch, then the fp16 tiles.
   uint16_t* buf = nullptr;
   {
@@ -161,7 +184,7 @@ Status launch_gemm(const GemmParams& p, cudaStream_t s) {
   ORCHID_TRY(launch_dequant_f16(p.w, buf, s));
   GemmParams f = p;
   f.w = DevMatrix{buf, nullptr, p.w.rows, p.w.cols, p.w.cols / 8, 0, DevFormat::bf16};
-  return launch_format<TileB::f16>(f, 0, s);
+  return launch_format<TileB::f16, false>(f, 0, 0, s);
 }
 
 }  // namespace orchid::cuda

@@ -1,5 +1,6 @@
-// bf16 tensor-core and async-copy primitives shared by the attention kernels (decode and prefill):
-// cp.async 16-byte copies into shared memory, ldmatrix fragment loads, the m16n8k16 bf16 mma.
+// bf16 tensor-core and async-copy primitives shared by the attention kernels (decode and prefill)
+// and the chunked DeltaNet scan: cp.async 16-byte copies into shared memory, ldmatrix fragment
+// loads, the m16n8k16 bf16 mma, and its three-pass split form for products near fp32.
 #pragma once
 
 #include "orchid/backend/cuda/device_common.cuh"
@@ -56,6 +57,24 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
   mma_bf16(d, a[0], a[1], a[2], a[3], b0, b1);
+}
+
+// Two floats as bf16 pairs hi + lo (x0 in the low halves): hi = bf16(x), lo = bf16(x − hi). x − hi
+// is exact in fp32, so x = hi + lo to 2⁻¹⁸ relative (17 significant bits against fp32's 24) with
+// fp32's exponent range. cvt.rn.bf16x2 (sm_80) rounds both to nearest even in one instruction.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - bf16_hi(hi)), "f"(x0 - bf16_lo(hi)));
+}
+
+// d += a · b to near fp32 from split operands (a = a_hi + a_lo, b = b_hi + b_lo): the small
+// products first, then hi · hi; lo · lo (≤ 2⁻¹⁸ relative) is dropped. Three times the MMAs.
+__device__ __forceinline__ void mma_bf16x3(float (&d)[4], const uint32_t (&a_hi)[4],
+                                           const uint32_t (&a_lo)[4], uint32_t b_hi0,
+                                           uint32_t b_hi1, uint32_t b_lo0, uint32_t b_lo1) {
+  mma_bf16(d, a_lo, b_hi0, b_hi1);
+  mma_bf16(d, a_hi, b_lo0, b_lo1);
+  mma_bf16(d, a_hi, b_hi0, b_hi1);
 }
 
 }  // namespace orchid::cuda

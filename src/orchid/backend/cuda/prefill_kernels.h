@@ -1,10 +1,15 @@
 // The prefill kernels (a chunk of T prompt tokens per launch) as seen from the host. Activations
 // between layers are fp32 [T, width] rows; the operands the tensor cores read are fp16 (10-bit
-// mantissa: 8× finer than bf16, so a chunk's logits stay as close to the fp32 reference as the
-// decode path's int8 hi+lo codes keep them; the values here are normed or gated and far inside
-// fp16's range). Plain C++ (no CUDA syntax) so that g++ can include it.
+// mantissa: 8× finer than bf16). The exact path (ORCHID_EXACT_PREFILL, the default) carries each
+// operand as two fp16 buffers, hi = fp16(x) and lo = fp16(x − hi): hi + lo is x within
+// 2^-22 |x| + 2^-25, so the projections are as exact as fp32 sums (gemm_tile.cuh), as the decode
+// path's are; the fp16 path reads hi alone (~2^-12 per operand). The values are normed or gated,
+// far inside fp16's range (|x| < 65,504); a producer saturates hi there rather than write inf.
+// Every producer of an fp16 operand takes a nullable lo output beside it. Plain C++ (no CUDA
+// syntax) so that g++ can include it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "orchid/backend/cuda/kernels.h"
@@ -16,11 +21,14 @@ namespace orchid::cuda {
 struct GemmParams {
   DevMatrix w;                  // [N, K]: q4 / q8 dequantised tile by tile in shared memory; bf16
   const uint16_t* a = nullptr;  // [M, lda] fp16 bits
-  int lda = 0;                  // elements; a multiple of 8
-  int m = 0;                    // rows (tokens)
-  float* c = nullptr;           // [M, ldc] fp32
-  int ldc = 0;                  // elements
-  const float* add = nullptr;   // optional [M, ldc] added to the product (may equal c)
+  // [M, lda] fp16 x − a (16-byte aligned): set, the exact path (q4 / q8 groups of 32 or more;
+  // the dequantisation ablation does not apply), null the fp16 one.
+  const uint16_t* a_lo = nullptr;
+  int lda = 0;                 // elements; a multiple of 8
+  int m = 0;                   // rows (tokens)
+  float* c = nullptr;          // [M, ldc] fp32
+  int ldc = 0;                 // elements
+  const float* add = nullptr;  // optional [M, ldc] added to the product (may equal c)
 };
 Status launch_gemm(const GemmParams& p, cudaStream_t s);
 
@@ -38,9 +46,10 @@ void set_gemm_dequant_scratch(uint16_t* buf, int64_t elems);
 
 // ---- Row-wise helpers -------------------------------------------------------------------------
 
-// out[t, :] = fp16(x[t, :] · rsqrt(mean(x[t, :]²) + eps) · w), one block per row.
+// out[t, :] = fp16(x[t, :] · rsqrt(mean(x[t, :]²) + eps) · w), one block per row; out_lo (may be
+// null) the remainder.
 Status launch_rms_norm_rows_f16(const float* x, const float* w, float eps, int rows, int n,
-                                uint16_t* out, cudaStream_t s);
+                                uint16_t* out, uint16_t* out_lo, cudaStream_t s);
 // h[t, :] = dequantised row tokens[t] of the embedding, t < T.
 Status launch_embed_rows(const DevMatrix& embd, const int* tokens, int T, float* h, int n_embd,
                          cudaStream_t s);
@@ -83,17 +92,22 @@ struct MoeRouting {
 // the device, no host synchronisation.
 Status launch_moe_route_sort(const MoeRouting& r, cudaStream_t s);
 
+// x_lo / act_lo set: the exact path (the GEMM reads the pair; gate/up also writes act's remainder
+// into act_lo: both or neither there).
 struct ExpertGateUpParams {
   DevMatrix gate, up;  // stacked [(n_expert + 1) · n_ff, K]
   int n_ff = 0;
-  const uint16_t* x = nullptr;    // [T, K] fp16 normed hidden
-  const MoeRouting* r = nullptr;  // host copy of the routing's pointers
-  uint16_t* act = nullptr;        // [pairs, n_ff] fp16 silu(gate) ⊙ up per sorted pair
+  const uint16_t* x = nullptr;     // [T, K] fp16 normed hidden
+  const uint16_t* x_lo = nullptr;  // [T, K] fp16 remainder, or null
+  const MoeRouting* r = nullptr;   // host copy of the routing's pointers
+  uint16_t* act = nullptr;         // [pairs, n_ff] fp16 silu(gate) ⊙ up per sorted pair
+  uint16_t* act_lo = nullptr;      // [pairs, n_ff] its remainder, or null
 };
 struct ExpertDownParams {
   DevMatrix down;  // stacked [(n_expert + 1) · n_embd, n_ff]
   int n_embd = 0, n_ff = 0;
-  const uint16_t* act = nullptr;  // [pairs, n_ff]
+  const uint16_t* act = nullptr;     // [pairs, n_ff]
+  const uint16_t* act_lo = nullptr;  // [pairs, n_ff] remainder, or null
   const MoeRouting* r = nullptr;
   float* slot_out = nullptr;  // [T, top_k + 1, n_embd]: w · down(act) of each (token, slot)
 };
@@ -101,9 +115,10 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s);
 Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s);
 // A shared expert kept apart (other shape than the routed ones) runs as dense GEMMs over all T
 // tokens: act = fp16(silu(gate) · up) ([T, n] each), and its down rows (written into slot_out's
-// shared slot, rows ldy apart) scaled by sigmoid of the shared gate's logit (logit[t · ld]).
+// shared slot, rows ldy apart) scaled by sigmoid of the shared gate's logit (logit[t · ld]);
+// act_lo (may be null) the remainder.
 Status launch_silu_mul_rows_f16(const float* gate, const float* up, int T, int n, uint16_t* act,
-                                cudaStream_t s);
+                                uint16_t* act_lo, cudaStream_t s);
 Status launch_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, const float* logit, int ld,
                                  cudaStream_t s);
 // h[t] += Σ_slot slot_out[t, slot] in slot order (deterministic).
@@ -121,10 +136,11 @@ struct AttnPrefillParams {
   const float* inv_freq = nullptr;  // [n_rot / 2]
   float eps = 1e-6f;
   int n_head = 0, n_head_kv = 0, hd = 0, n_rot = 0;
-  uint16_t* kc = nullptr;   // [capacity, n_head_kv, hd] bf16, post-RoPE; rows pos0 … pos0+T-1
-  uint16_t* vc = nullptr;   // written by the norm launch
-  int pos0 = 0, T = 0;      // the chunk's first position and length
-  uint16_t* out = nullptr;  // [T, n_head · hd] fp16: attention ⊙ sigmoid(gate)
+  uint16_t* kc = nullptr;      // [capacity, n_head_kv, hd] bf16, post-RoPE; rows pos0 … pos0+T-1
+  uint16_t* vc = nullptr;      // written by the norm launch
+  int pos0 = 0, T = 0;         // the chunk's first position and length
+  uint16_t* out = nullptr;     // [T, n_head · hd] fp16: attention ⊙ sigmoid(gate)
+  uint16_t* out_lo = nullptr;  // [T, n_head · hd] fp16 remainder, or null
 };
 // q/k RMSNorm + partial RoPE for every token of the chunk, K and V into the cache.
 Status launch_qk_norm_rope_kv_prefill(const AttnPrefillParams& p, cudaStream_t s);
@@ -136,6 +152,12 @@ Status launch_attention_prefill(const AttnPrefillParams& p, cudaStream_t s);
 Status launch_attention_prefill_naive(const AttnPrefillParams& p, float* scores, cudaStream_t s);
 
 // ---- Gated DeltaNet over a chunk ----------------------------------------------------------------
+
+// The delta-rule scan's two forms: token by token with the state in registers (the sequential
+// scan), or in chunks of 64 tokens on the tensor cores (the WY form of spec §6.7: parallel work per
+// chunk, then one dependent step per chunk instead of per token). The same arithmetic up to
+// rounding: the tests hold both to 1e-4 rel. L2 of a double reference.
+enum class GdnScanForm : uint8_t { sequential, chunked };
 
 struct GdnPrefillParams {
   const float* qkv = nullptr;      // [T, conv_dim] raw in_proj_qkv output
@@ -158,11 +180,25 @@ struct GdnPrefillParams {
   float* decay = nullptr;
   float* o = nullptr;
   uint16_t* out = nullptr;  // [T, hv · dv] fp16 gated-RMSNormed outputs (the out projection's A)
+  uint16_t* out_lo = nullptr;  // [T, hv · dv] fp16 remainder, or null
+  GdnScanForm form = GdnScanForm::sequential;
+  // The chunked form's per-chunk tiles, gdn_chunked_scratch_bytes(T, hk, hv) bytes, 16-byte
+  // aligned (unused by the sequential form).
+  void* chunk_scratch = nullptr;
 };
+// Bytes of the chunked form's scratch for a chunk of T tokens: per 64 tokens, 64 KiB per key head
+// (q̂, k̂ split into bf16 hi + lo) and 80.5 KiB per value head (W, P, U, decays): 225 MiB at the real
+// shape (hk 16, hv 32) and T = 4,096.
+size_t gdn_chunked_scratch_bytes(int T, int hk, int hv);
+// Whether the current device gives a block the chunked form's shared memory (154 KiB: sm_80 and
+// sm_90 do, sm_86 / sm_89 with ~100 KiB do not).
+bool gdn_chunked_supported();
 // Conv + SiLU over the chunk (the ring supplies the taps before pos0, then takes the chunk's last
-// raw inputs), q/k L2 norms, β and decay; the delta-rule scan with the state in registers (every
-// state column is independent given q, k, β, decay: blocks take (head, column range) pairs); the
-// gated RMSNorm.
+// raw inputs), q/k L2 norms, β and decay; the delta-rule scan in p.form (every state column is
+// independent given q, k, β, decay: blocks take (head, column range) pairs); the gated RMSNorm.
 Status launch_gdn_prefill(const GdnPrefillParams& p, cudaStream_t s);
+// The chunked form's scan alone (delta_net_chunked.cu): reads conv_out, beta and decay as the
+// norms launch leaves them, writes o and advances S. launch_gdn_prefill calls it.
+Status launch_gdn_scan_chunked(const GdnPrefillParams& p, cudaStream_t s);
 
 }  // namespace orchid::cuda

@@ -1,8 +1,6 @@
 // Row-wise prefill kernels: the embedding rows of a chunk's tokens, the RMSNorm of every row into
-// the fp16 operand the GEMMs read, and the elementwise steps of a shared expert kept apart from the
-// stacked ones.
-#include <cuda_fp16.h>
-
+// the fp16 operand the GEMMs read (and its remainder, for the exact path), and the elementwise
+// steps of a shared expert kept apart from the stacked ones.
 #include "orchid/backend/cuda/device_common.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
@@ -21,24 +19,26 @@ __global__ void kernel_embed_rows(const __grid_constant__ DevMatrix m, const int
 
 // One block per row.
 __global__ void __launch_bounds__(kThreads)
-    kernel_rms_norm_rows_f16(const float* x, const float* w, float eps, int n, uint16_t* out) {
+    kernel_rms_norm_rows_f16(const float* x, const float* w, float eps, int n, uint16_t* out,
+                             uint16_t* out_lo) {
   __shared__ float scratch[32];
-  const float* xr = x + size_t(blockIdx.x) * n;
-  __half* o = reinterpret_cast<__half*>(out) + size_t(blockIdx.x) * n;
+  const int64_t row = int64_t(blockIdx.x) * n;
+  const float* xr = x + row;
   float ss = 0.f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
   const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = __float2half_rn(xr[i] * inv * w[i]);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    store_f16_split(xr[i] * inv * w[i], out, out_lo, row + i);
 }
 
 // Thread per (token, column) of the shared expert kept apart: act = fp16(silu(gate) · up), gate
 // and up [T, n] each.
 __global__ void kernel_silu_mul_rows_f16(const float* gate, const float* up, int64_t n_all,
-                                         uint16_t* act) {
+                                         uint16_t* act, uint16_t* act_lo) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n_all) return;
   const float g = gate[i];
-  reinterpret_cast<__half*>(act)[i] = __float2half_rn(g / (1.f + expf(-g)) * up[i]);
+  store_f16_split(g / (1.f + expf(-g)) * up[i], act, act_lo, i);
 }
 
 // y[t, c] *= sigmoid(logit[t · ld]) (the shared expert's gate), y rows ldy apart.
@@ -53,11 +53,11 @@ __global__ void kernel_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, c
 }  // namespace
 
 Status launch_silu_mul_rows_f16(const float* gate, const float* up, int T, int n, uint16_t* act,
-                                cudaStream_t s) {
+                                uint16_t* act_lo, cudaStream_t s) {
   const int64_t n_all = int64_t(T) * n;
   if (n_all < 1) return err("silu·mul rows: ", T, " × ", n);
   kernel_silu_mul_rows_f16<<<unsigned((n_all + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      gate, up, n_all, act);
+      gate, up, n_all, act, act_lo);
   return last_launch("silu*mul rows");
 }
 
@@ -80,9 +80,9 @@ Status launch_embed_rows(const DevMatrix& embd, const int* tokens, int T, float*
 }
 
 Status launch_rms_norm_rows_f16(const float* x, const float* w, float eps, int rows, int n,
-                                uint16_t* out, cudaStream_t s) {
+                                uint16_t* out, uint16_t* out_lo, cudaStream_t s) {
   if (rows < 1 || n < 1) return err("rms norm rows: ", rows, " × ", n);
-  kernel_rms_norm_rows_f16<<<rows, kThreads, 0, s>>>(x, w, eps, n, out);
+  kernel_rms_norm_rows_f16<<<rows, kThreads, 0, s>>>(x, w, eps, n, out, out_lo);
   return last_launch("rms norm rows");
 }
 
