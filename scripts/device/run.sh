@@ -14,8 +14,8 @@
 #   timeline: Nsight Systems trace of decode at the first context; each kernel's share of the
 #        step (how far it moves the step's end, scripts/device/timeline.py) as $OUT/timeline.txt
 #   lab: the GEMV design experiments (bench/cuda/gemv_lab.cu), as $OUT/gemv-lab.json
-#   tokenizer: the demo model's tokenizer (issue 7) from .device/corpus.tgz (make_corpus.py's
-#        output) and the Qwen3 reference files in .device/qwen3-ref, as $OUT/demo-tokenizer/
+#   tokenizer: the demo model's tokenizer (issue 7) from .device/corpus.txz (make_corpus.py's
+#        output, xz: the carry limit) and the Qwen3 reference files in .device/qwen3-ref, as $OUT/demo-tokenizer/
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
 #        of each kernel matching REGEX, as $OUT/ncu-detail.txt
 set -uo pipefail
@@ -105,7 +105,8 @@ if [[ "$what" == timeline ]]; then
 fi
 if [[ "$what" == tokenizer ]]; then
   corpus=/tmp/orchid-corpus
-  mkdir -p "$corpus" && tar xzf .device/corpus.tgz -C "$corpus"
+  mkdir -p "$corpus" && tar xJf .device/corpus.txz -C "$corpus"
+  [[ -f .device/qwen3-ref/tokenizer.json.gz ]] && gunzip -f .device/qwen3-ref/tokenizer.json.gz
   python3 -c "import tokenizers, transformers, torch; print('tokenizers', tokenizers.__version__,
     'transformers', transformers.__version__, 'torch', torch.__version__)" | tee "$out/python.txt"
   python3 scripts/demo-model/train_tokenizer.py --corpus "$corpus" --reference .device/qwen3-ref \
