@@ -47,7 +47,9 @@ namespace orchid::cuda {
 // materialises the attention scores; ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs'
 // rows per tile (default: by the load); ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's
 // form: auto (default) the chunked form on the tensor cores from kGdnChunkedMinTokens tokens a
-// chunk up and the sequential scan below, 0 always the sequential scan, 1 always the chunked form.
+// chunk up and the sequential scan below, 0 always the sequential scan, 1 always the chunked form;
+// ORCHID_TC_ROUTER=0 computes the prefill router logits on the CUDA cores in fp32 instead of as an
+// exact-path GEMM on the tensor cores (the fp16 path always takes the fp32 kernel).
 // From this many tokens a chunk, ORCHID_GDN_CHUNKED=auto takes the chunked DeltaNet form: below,
 // its two extra launches and 64-token padding outweigh the sequential scan's ~0.25 µs a token.
 // A starting guess, not yet measured (bench prefill's gdn_sequential / gdn_chunked ablations).
@@ -74,6 +76,7 @@ struct Switches {
   int prefill_tile = 0;  // 0: chosen from the rows per expert
   int prefill_chunk = 4096;
   int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
+  bool tc_router = true;
   static Switches from_env();
   // Sets the kernels' process-wide flags (kernels.h) from these switches.
   void apply() const;
@@ -220,6 +223,8 @@ class CudaBackend final : public Backend {
   Status prefill_attention(CudaState& st, int l, int T, Profiler* prof);
   Status prefill_delta_net(CudaState& st, int l, int T, Profiler* prof);
   Status prefill_moe(const DevLayer& L, int T, Profiler* prof);
+  // Whether the layer's router and shared-expert gate fit the exact-path GEMM.
+  bool router_on_tensor_cores(const DevLayer& L) const;
   Status prefill_gemm(const DevMatrix& w, const uint16_t* a, const uint16_t* a_lo, int lda, int T,
                       float* c, int ldc, const float* add);
   Status prefill_logits(int T, LogitsMode mode, float* host);

@@ -7,8 +7,8 @@
 //   xn = fp16(RMSNorm(h))                          [T, n_embd]
 //   attention: qg, k, v = xn·W → q/k norm + RoPE + KV write → flash attention → h += o·W_o
 //   DeltaNet:  qkv, z, b, a = xn·W → conv, norms, scan, gated norm → h += out·W_out
-//   MoE:       logits = RMSNorm(h)·[W_router; W_shared_gate] in fp32; xn = fp16(RMSNorm(h)) → route
-//   + sort →
+//   MoE:       xn = fp16(RMSNorm(h)); logits = xn·[W_router; W_shared_gate] (exact path: hi + lo
+//              on the tensor cores; else fp32 on the CUDA cores) → route + sort →
 //              act = silu(xn·W_gate)·(xn·W_up) per pair → slot_out = w·act·W_down → h += Σ slots
 // Then the logits of the last position (or of every position) from the final norm + lm_head.
 #include <cuda_runtime_api.h>
@@ -48,6 +48,10 @@ Status grow(DeviceArena& arena, T*& buf, int64_t& have, int64_t need, const char
 }
 
 }  // namespace
+
+bool CudaBackend::router_on_tensor_cores(const DevLayer& L) const {
+  return gemm_takes(L.router, true) && gemm_takes(L.shared_gate, true);
+}
 
 bool CudaBackend::prefill_supported() const {
   const int hd = c_.head_dim;
@@ -220,11 +224,20 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* pro
 Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, E = c_.n_expert, slots = c_.n_expert_used + 1;
-  ORCHID_TRY(launch_router_logits_f32(P.h, L.post_norm, c_.rms_norm_eps, T, H, L.router,
-                                      L.shared_gate, P.logits, stream_));
-  if (prof) prof->mark("router (fp32)", gemm_flops(T, L.router) + gemm_flops(T, L.shared_gate));
   ORCHID_TRY(
       launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
+  // Router logits [T, E + 1] (the shared expert's gate last). On the exact path they are GEMMs of
+  // xn's hi + lo pairs: within ~2⁻²⁰ of Σ|x·w| like the fp32 kernel, so near-tied top-k choices
+  // fall as the decode path's do; the fp16 path keeps the fp32 kernel (fp16 operands flip them).
+  const int n_logits = E + 1;
+  if (sw_.tc_router && P.xn_lo && router_on_tensor_cores(L)) {
+    ORCHID_TRY(prefill_gemm(L.router, P.xn, P.xn_lo, H, T, P.logits, n_logits, nullptr));
+    ORCHID_TRY(prefill_gemm(L.shared_gate, P.xn, P.xn_lo, H, T, P.logits + E, n_logits, nullptr));
+  } else {
+    ORCHID_TRY(launch_router_logits_f32(P.h, L.post_norm, c_.rms_norm_eps, T, H, L.router,
+                                        L.shared_gate, P.logits, stream_));
+  }
+  if (prof) prof->mark("router", gemm_flops(T, L.router) + gemm_flops(T, L.shared_gate));
   MoeRouting r;
   r.T = T, r.n_expert = E, r.top_k = c_.n_expert_used, r.logits = P.logits;
   r.shared_stacked = !L.shared_apart;

@@ -46,8 +46,9 @@ Expected<double> prefill_speed(CudaBackend& be, int64_t n, int reps) {
   return best;
 }
 
-// Per-kernel times (summed over layers and chunks) of one profiled prefill of n tokens.
-Expected<nlohmann::json> prefill_profile(CudaBackend& be, int64_t n) {
+// Per-kernel times (summed over layers and chunks) of one profiled prefill of n tokens; `print`:
+// the table on stdout too.
+Expected<nlohmann::json> prefill_profile(CudaBackend& be, int64_t n, bool print = true) {
   auto st = be.new_state(n + 8);
   if (!st) return st.error();
   auto t = be.profile_prefill(static_cast<CudaState&>(**st), prompt_tokens(n, be.n_vocab()));
@@ -62,8 +63,9 @@ Expected<nlohmann::json> prefill_profile(CudaBackend& be, int64_t n) {
     total += k.ms;
   }
   nlohmann::json out = {{"total_ms", total}, {"kernels", nlohmann::json::array()}};
-  std::printf("\nprefill of %lld tokens, kernel by kernel: %.2f ms\n", static_cast<long long>(n),
-              total);
+  if (print)
+    std::printf("\nprefill of %lld tokens, kernel by kernel: %.2f ms\n",
+                static_cast<long long>(n), total);
   for (const auto& name : order) {
     const double tflops = double(flops[name]) / (ms[name] * 1e-3) / 1e12;
     out["kernels"].push_back({{"kernel", name},
@@ -72,11 +74,29 @@ Expected<nlohmann::json> prefill_profile(CudaBackend& be, int64_t n) {
                               {"flops", flops[name]},
                               {"TFLOP_per_s", tflops},
                               {"pct_of_mma_peak", 100.0 * tflops / kMmaPeakTflops}});
-    std::printf("  %-18s x%-4lld %9.3f ms %7.1f TFLOP/s %5.1f%%\n", name.c_str(),
-                static_cast<long long>(count[name]), ms[name], tflops,
-                100.0 * tflops / kMmaPeakTflops);
+    if (print)
+      std::printf("  %-18s x%-4lld %9.3f ms %7.1f TFLOP/s %5.1f%%\n", name.c_str(),
+                  static_cast<long long>(count[name]), ms[name], tflops,
+                  100.0 * tflops / kMmaPeakTflops);
   }
   return out;
+}
+
+// The DeltaNet launch's time (ms, summed over its layers) of a prefill of n tokens in each scan
+// form: {"gdn scan": …, "gdn chunked": …}. What kGdnChunkedMinTokens is chosen from.
+Expected<nlohmann::json> gdn_form_ms(CudaBackend& be, int64_t n) {
+  const cuda::Switches base = be.switches();
+  nlohmann::json ms = nlohmann::json::object();
+  for (int form : {0, 1}) {
+    be.switches().gdn_chunked = form;
+    auto pf = prefill_profile(be, n, false);
+    be.switches() = base;
+    if (!pf) return pf.error();
+    for (const auto& k : (*pf)["kernels"])
+      if (k["kernel"] == "gdn scan" || k["kernel"] == "gdn chunked")
+        ms[k["kernel"].get<std::string>()] = k["ms"];
+  }
+  return ms;
 }
 
 }  // namespace
@@ -94,6 +114,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"prefill_tile", base.prefill_tile},
                              {"prefill_chunk", base.prefill_chunk},
                              {"gdn_chunked", base.gdn_chunked},
+                             {"tc_router", base.tc_router},
                              {"gdn_chunked_min_tokens", cuda::kGdnChunkedMinTokens}};
   // Warm-up: the first prefill makes the chunk buffers.
   if (auto w = prefill_speed(*be, 256, 1); !w) return w.error();
@@ -141,6 +162,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"fused_dequant_off",
          [](cuda::Switches& s) { s.exact_prefill = false, s.fused_dequant = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
+        {"tc_router_off", [](cuda::Switches& s) { s.tc_router = false; }},
         {"tile_16", [](cuda::Switches& s) { s.prefill_tile = 16; }},
         {"tile_32", [](cuda::Switches& s) { s.prefill_tile = 32; }},
         {"tile_64", [](cuda::Switches& s) { s.prefill_tile = 64; }},
@@ -158,25 +180,25 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
       a[v.name] = *r;
       std::printf("  %-20s %9.1f tok/s (all on %.1f)\n", v.name, *r, *on);
     }
-    // The DeltaNet launch alone in each form (conv, norms, scan, gated norm; summed over the
-    // layers): what kGdnChunkedMinTokens is chosen from.
-    nlohmann::json gdn_ms = nlohmann::json::object();
-    for (int form : {0, 1}) {
-      cuda::Switches s = base;
-      s.gdn_chunked = form;
-      be->switches() = s;
-      auto pf = prefill_profile(*be, n);
-      be->switches() = base;
-      if (!pf) return pf.error();
-      for (const auto& k : (*pf)["kernels"])
-        if (k["kernel"] == "gdn scan" || k["kernel"] == "gdn chunked")
-          gdn_ms[k["kernel"].get<std::string>()] = k["ms"];
-    }
-    a["gdn_ms"] = gdn_ms;
+    auto gdn_ms = gdn_form_ms(*be, n);
+    if (!gdn_ms) return gdn_ms.error();
+    a["gdn_ms"] = *gdn_ms;
     abl[std::to_string(n)] = a;
   }
   out["prefill_profile"] = prof;
   out["prefill_ablations_tok_s"] = abl;
+  // Short prompts, where the two DeltaNet forms cross over.
+  nlohmann::json sweep = nlohmann::json::object();
+  std::printf("\nDeltaNet launch, ms over its layers: %8s %12s %12s\n", "tokens", "scan",
+              "chunked");
+  for (int64_t n : {16, 32, 64, 128, 256, 512}) {
+    auto g = gdn_form_ms(*be, n);
+    if (!g) return g.error();
+    sweep[std::to_string(n)] = *g;
+    std::printf("%44lld %12.3f %12.3f\n", static_cast<long long>(n),
+                g->value("gdn scan", -1.0), g->value("gdn chunked", -1.0));
+  }
+  out["gdn_form_ms_by_tokens"] = sweep;
   return out;
 }
 
