@@ -51,9 +51,11 @@ namespace orchid::cuda {
 // ORCHID_TC_ROUTER=0 computes the prefill router logits on the CUDA cores in fp32 instead of as an
 // exact-path GEMM on the tensor cores (the fp16 path always takes the fp32 kernel).
 // From this many tokens a chunk, ORCHID_GDN_CHUNKED=auto takes the chunked DeltaNet form: below,
-// its two extra launches and 64-token padding outweigh the sequential scan's ~0.25 µs a token.
-// A starting guess, not yet measured (bench prefill's gdn_sequential / gdn_chunked ablations).
-constexpr int kGdnChunkedMinTokens = 256;
+// its two extra launches and 64-token padding outweigh the sequential scan's ~0.33 µs a token.
+// Measured on the H200 (bench/results/cuda-prefill-2026-11-30-s7.json, the DeltaNet launch over
+// 30 layers, scan / chunked ms): 64 tokens 1.31 / 1.66, 128 1.83 / 1.86, 256 2.93 / 2.37, 512
+// 5.13 / 3.40; the crossover lies between 128 and 256.
+constexpr int kGdnChunkedMinTokens = 192;
 
 struct Switches {
   bool graph = true;

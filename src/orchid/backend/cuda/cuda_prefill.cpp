@@ -244,13 +244,14 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   r.pair_token = P.pair_token, r.pair_slot = P.pair_slot, r.pair_w = P.pair_w;
   r.sel = P.sel, r.sel_w = P.sel_w, r.counts = P.counts, r.offsets = P.offsets;
   // Rows per tile from the average routed rows per expert (the shared expert takes all T), by the
-  // measured ablation (docs/bench.md): 64-row tiles were best or within 2 % from 512 tokens (16
-  // rows per expert) to 2K, 128 rows at 8K (256 per expert).
+  // measured ablation on the exact path (bench/results/cuda-prefill-2026-11-30-s7.json, tok/s with
+  // 16 / 32 / 64 / 128-row tiles): 512 tokens (16 rows per expert) 9.7K / 10.4K / 9.1K / 6.4K,
+  // 2K (64) 14.1K / 16.7K / 18.2K / 16.1K, 8K in chunks of 4K (128) 14.8K / 17.7K / 19.6K / 18.9K.
   const int per_expert = T * c_.n_expert_used / std::max(E, 1);
   const int t = sw_.prefill_tile;
   r.tile_rows = t == 16 || t == 32 || t == 64 || t == 128 ? t
                 : per_expert <= 4                         ? 16
-                : per_expert <= 8                         ? 32
+                : per_expert <= 16                        ? 32
                 : per_expert <= 128                       ? 64
                                                           : 128;
   r.max_tiles = P.max_tiles, r.n_tiles = P.n_tiles;
