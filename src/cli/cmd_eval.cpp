@@ -1,9 +1,11 @@
 // `orchid eval -m DIR --text FILE [--reference logits.npy]`: teacher-forced perplexity of the
 // text's tokens (the model's own tokenizer, nothing added) and, given reference logits of every
-// position ([n_tokens, vocab] .npy, e.g. from Hugging Face), top-1 agreement and mean KL
-// divergence KL(reference ‖ orchid). The text runs through one state in windows of --window
+// position (.npy, e.g. from Hugging Face: full [n_tokens, vocab] or the compact top-k form
+// [n_tokens, 1 + 2k] of runtime/eval.h), top-1 agreement and mean KL divergence
+// KL(reference ‖ orchid). The text runs through one state in windows of --window
 // tokens, so the logits held at once are bounded by the window, not the text.
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -27,7 +29,8 @@ void add_eval(CLI::App& app, int& exit_code) {
   add_model_options(cmd, args->model);
   cmd->add_option("--text", args->text, "UTF-8 text file")->required();
   cmd->add_option("--reference", args->reference,
-                  "reference logits of every token position (.npy, [n_tokens, vocab] float32)");
+                  "reference logits of every token position (.npy float32: [n_tokens, vocab], or "
+                  "[n_tokens, 1 + 2k]: log-sum-exp, top-k ids, their logits)");
   cmd->add_option("--window", args->window, "tokens per forward call (bounds the logits held)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_flag("--json", args->json, "print one JSON object instead of text");
@@ -45,13 +48,16 @@ void add_eval(CLI::App& app, int& exit_code) {
       return void(exit_code = fail("eval: the text has " + std::to_string(n) +
                                    " tokens; at least 2 are needed"));
     NpyArray ref;
+    std::optional<EvalReference> form;
     if (!args->reference.empty()) {
       auto r = read_npy_f32(args->reference);
       if (!r) return void(exit_code = fail(r.message()));
-      if (r->shape.size() != 2 || r->shape[0] != n || r->shape[1] != V)
-        return void(exit_code = fail("eval: the reference must be [" + std::to_string(n) + ", " +
-                                     std::to_string(V) + "] (tokens of the text, vocabulary)"));
-      ref = std::move(*r);
+      if (r->shape.size() != 2 || r->shape[0] != n)
+        return void(exit_code = fail("eval: the reference must have " + std::to_string(n) +
+                                     " rows (the text's tokens)"));
+      auto f = EvalReference::of_width(r->shape[1], V);
+      if (!f) return void(exit_code = fail(f.message()));
+      ref = std::move(*r), form = *f;
     }
     auto st = lm->backend->new_state(n);
     if (!st) return void(exit_code = fail(st.message()));
@@ -61,9 +67,9 @@ void add_eval(CLI::App& app, int& exit_code) {
       const int64_t w = std::min(args->window, n - t);
       const std::span<const int32_t> part(ids.data() + t, size_t(w));
       Status s = lm->backend->forward(**st, part, LogitsMode::all, logits);
-      if (s)
-        s = add_eval_positions(stats, logits, V, ids, t,
-                               ref.data.empty() ? nullptr : ref.data.data() + t * V);
+      std::optional<EvalReference> window_ref = form;
+      if (window_ref) window_ref->rows = ref.data.data() + t * form->width;
+      if (s) s = add_eval_positions(stats, logits, V, ids, t, window_ref ? &*window_ref : nullptr);
       if (!s) return void(exit_code = fail(s.message()));
     }
     if (args->json) {
