@@ -55,7 +55,7 @@ void add_chat(CLI::App& app, int& exit_code) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("chat", "interactive chat in the terminal");
-  add_model_options(cmd, args->model);
+  add_model_options(cmd, args->model, /*required=*/false);
   cmd->add_option("--ctx", args->ctx, "context length in tokens")->check(CLI::Range(16, 1 << 22));
   cmd->add_option("-n,--max-tokens", args->max_tokens, "most tokens per reply");
   cmd->add_flag("--no-thinking", args->no_thinking, "thinking off");

@@ -51,7 +51,7 @@ void add_run(CLI::App& app, int& exit_code) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "answer one prompt, streaming the reply");
-  add_model_options(cmd, args->model);
+  add_model_options(cmd, args->model, /*required=*/false);
   cmd->add_option("-p,--prompt", args->prompt, "the user's message")->required();
   cmd->add_option("-n,--max-tokens", args->n, "most tokens to generate")
       ->check(CLI::Range(1, 1 << 20));

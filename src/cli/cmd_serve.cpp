@@ -28,8 +28,8 @@ void add_serve(CLI::App& app, int& exit_code) {
   auto& o = args->opts;
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (docs/api.md)");
   cmd->add_option("-m,--model", o.model_dir,
-                  "model directory (config.json, safetensors, tokenizer.json)")
-      ->required();
+                  "model directory (config.json, safetensors, tokenizer.json; default: the "
+                  "built-in demo model)");
   cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o.port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
@@ -66,6 +66,11 @@ void add_serve(CLI::App& app, int& exit_code) {
     args->opts.max_body_bytes = args->max_body_bytes;
     args->opts.state_cache_bytes = args->state_cache_mb << 20;
     args->opts.quantize_q4 = args->quantize == "q4";
+    if (args->opts.model_dir.empty()) {
+      auto demo = demo_model_dir();
+      if (!demo) return void(exit_code = fail(demo.message()));
+      args->opts.model_dir = *demo;
+    }
 
     // Connection threads come and go with the clients, and glibc gives each a malloc arena of
     // its own whose freed memory it keeps: the resident size would creep up with every thread

@@ -43,14 +43,19 @@ Expected<std::vector<int32_t>> parse_token_list(const std::string& text) {
 }  // namespace orchid::cli
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "orchid/backend/select_backend.h"
 
 namespace orchid::cli {
 
-void add_model_options(CLI::App* cmd, ModelOptions& opts) {
-  cmd->add_option("-m,--model", opts.dir, "model directory (config.json + safetensors)")
-      ->required();
+void add_model_options(CLI::App* cmd, ModelOptions& opts, bool required) {
+  cmd->add_option("-m,--model", opts.dir,
+                  required ? "model directory (config.json + safetensors)"
+                           : "model directory (config.json + safetensors; default: the built-in "
+                             "demo model)")
+      ->required(required);
   cmd->add_option("--quantize", opts.quantize, "quantize a bf16 checkpoint at load: q4")
       ->check(CLI::IsMember({"q4"}));
   cmd->add_option("--backend", opts.backend,
@@ -58,10 +63,39 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
+Expected<std::string> demo_model_dir() {
+  std::vector<std::filesystem::path> places;
+  if (const char* env = std::getenv("ORCHID_DEMO_MODEL"); env && *env) {
+    places.emplace_back(env);
+  } else {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      const auto prefix = exe.parent_path().parent_path();
+      places.push_back(prefix / "models" / "orchid-demo");
+      places.push_back(prefix / "share" / "orchid" / "models" / "orchid-demo");
+    }
+  }
+  std::string looked;
+  for (const auto& dir : places) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(dir / "config.json", ec)) return dir.string();
+    looked += (looked.empty() ? "" : ", ") + dir.string();
+  }
+  return err("no -m given and the built-in demo model is not in ", looked.empty() ? "?" : looked,
+             " (set ORCHID_DEMO_MODEL or pass -m DIR)");
+}
+
 Expected<LoadedModel> open_model(const ModelOptions& opts) {
   LoadOptions lo;
   lo.quantize_q4 = opts.quantize == "q4";
-  auto m = load_model(opts.dir, lo);
+  std::string dir = opts.dir;
+  if (dir.empty()) {
+    auto demo = demo_model_dir();
+    if (!demo) return demo.error();
+    dir = *demo;
+  }
+  auto m = load_model(dir, lo);
   if (!m) return m.error();
   LoadedModel out;
   out.model = std::move(*m);
@@ -73,7 +107,13 @@ Expected<LoadedModel> open_model(const ModelOptions& opts) {
   return out;
 }
 
-Expected<ChatModel> open_chat_model(const ModelOptions& opts) {
+Expected<ChatModel> open_chat_model(const ModelOptions& given) {
+  ModelOptions opts = given;
+  if (opts.dir.empty()) {
+    auto demo = demo_model_dir();
+    if (!demo) return demo.error();
+    opts.dir = *demo;
+  }
   auto lm = open_model(opts);
   if (!lm) return lm.error();
   auto assets = load_chat_assets(opts.dir);
