@@ -81,7 +81,7 @@ DEMO_CONFIG = {
     "shared_expert_intermediate_size": 128,
     "router_aux_loss_coef": 0.01,
     "rms_norm_eps": 1e-6,
-    "max_position_embeddings": 4096,
+    "max_position_embeddings": 32768,
     "hidden_act": "silu",
     "attention_bias": False,
     "attn_output_gate": True,

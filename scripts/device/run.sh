@@ -14,9 +14,9 @@
 #   timeline: Nsight Systems trace of decode at the first context; each kernel's share of the
 #        step (how far it moves the step's end, scripts/device/timeline.py) as $OUT/timeline.txt
 #   lab: the GEMV design experiments (bench/cuda/gemv_lab.cu), as $OUT/gemv-lab.json
-#   tokenizer: the demo model's tokenizer (issue 7) from .device/corpus.txz (make_corpus.py's
-#        output, xz: the carry limit) and the Qwen3 reference files in .device/qwen3-ref, as $OUT/demo-tokenizer/
-#   demo-model: trains the demo model (issue 7) on .device/corpus.txz with the tokenizer in models/demo
+#   tokenizer: the demo model's tokenizer (issue 7) from .device-data/corpus.txz (make_corpus.py's
+#        output, xz: the carry limit) and the Qwen3 reference files in .device-data/qwen3-ref, as $OUT/demo-tokenizer/
+#   demo-model: trains the demo model (issue 7) on .device-data/corpus.txz with the tokenizer in models/orchid-demo
 #        for DEMO_MINUTES (environment, default 6) of training, about 2 minutes more in all; the
 #        checkpoint, eval text, its reference, results.json and train.log as $OUT/demo-model/ (6 files)
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
@@ -108,20 +108,20 @@ if [[ "$what" == timeline ]]; then
 fi
 corpus=/tmp/orchid-corpus  # make_corpus.py's output, unpacked by the modes that need it
 if [[ "$what" == tokenizer || "$what" == demo-model ]]; then
-  mkdir -p "$corpus" && tar xJf .device/corpus.txz -C "$corpus"
+  mkdir -p "$corpus" && tar xJf .device-data/corpus.txz -C "$corpus"
 fi
 if [[ "$what" == tokenizer ]]; then
-  [[ -f .device/qwen3-ref/tokenizer.json.gz ]] && gunzip -f .device/qwen3-ref/tokenizer.json.gz
+  [[ -f .device-data/qwen3-ref/tokenizer.json.gz ]] && gunzip -f .device-data/qwen3-ref/tokenizer.json.gz
   python3 -c "import tokenizers, transformers, torch; print('tokenizers', tokenizers.__version__,
     'transformers', transformers.__version__, 'torch', torch.__version__)" | tee "$out/python.txt"
-  python3 scripts/demo-model/train_tokenizer.py --corpus "$corpus" --reference .device/qwen3-ref \
+  python3 scripts/demo-model/train_tokenizer.py --corpus "$corpus" --reference .device-data/qwen3-ref \
     --out "$out/demo-tokenizer" 2>&1 | tee "$out/tokenizer.log" || status=1
 fi
 if [[ "$what" == demo-model ]]; then
   # Its output stays in $OUT/demo-model (train.log is written by the script): with gpu.txt,
   # 7 files come back, under the device tool's 8.
   PYTHONUNBUFFERED=1 python3 scripts/demo-model/train_model.py --corpus "$corpus" \
-    --tokenizer models/demo --out "$out/demo-model" --minutes "${DEMO_MINUTES:-6}" || status=1
+    --tokenizer models/orchid-demo --out "$out/demo-model" --minutes "${DEMO_MINUTES:-6}" || status=1
 fi
 if [[ "$what" == lab ]]; then
   "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1
