@@ -19,6 +19,12 @@
 #   demo-model: trains the demo model (issue 7) on .device-data/corpus.txz with the tokenizer in models/orchid-demo
 #        for DEMO_MINUTES (environment, default 6) of training, about 2 minutes more in all; the
 #        checkpoint, eval text, its reference, results.json and train.log as $OUT/demo-model/ (6 files)
+#   demo-eval: the demo model's teacher-forced fidelity on the CUDA backend against the committed HF
+#        reference (tests/fixtures/orchid-demo): chunked prefill in 1,024-token windows, one
+#        4,100-token prefill, and step by step (ORCHID_PREFILL=0), as $OUT/demo-eval-*.json; then
+#        one greedy answer on the GPU
+#   ncu-prefill REGEX: speed-of-light, memory and warp-stall sections of 2 launches of each
+#        prefill kernel matching REGEX (4K prompt), as $OUT/ncu-prefill.txt
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
 #        of each kernel matching REGEX, as $OUT/ncu-detail.txt
 set -uo pipefail
@@ -122,6 +128,25 @@ if [[ "$what" == demo-model ]]; then
   # 7 files come back, under the device tool's 8.
   PYTHONUNBUFFERED=1 python3 scripts/demo-model/train_model.py --corpus "$corpus" \
     --tokenizer models/orchid-demo --out "$out/demo-model" --minutes "${DEMO_MINUTES:-6}" || status=1
+fi
+if [[ "$what" == demo-eval ]]; then
+  fx=tests/fixtures/orchid-demo
+  ev=("$bin/orchid" eval -m models/orchid-demo --text "$fx/heldout-eval.txt"
+      --reference "$fx/heldout-eval.ref.npy" --backend cuda --json)
+  "${ev[@]}" > "$out/demo-eval-chunked.json" || status=1
+  "${ev[@]}" --window 4100 > "$out/demo-eval-whole.json" || status=1
+  ORCHID_PREFILL=0 "${ev[@]}" > "$out/demo-eval-steps.json" || status=1
+  for f in chunked whole steps; do echo "$f: $(cat "$out/demo-eval-$f.json")"; done
+  "$bin/orchid" run -p "What does orchid mean?" --greedy -n 60 --backend cuda || status=1
+fi
+if [[ "$what" == ncu-prefill ]]; then
+  ncu --clock-control none --kernel-name "regex:$contexts" --launch-count 2 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    "$bin/orchid" bench prefill --synthetic qwen3.6-35b-a3b --lengths 4096 --ablation-lengths none \
+    > "$out/ncu-prefill.txt" 2>&1 || status=1
+  grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|L1/TEX Hit|Shared Memory|Pipe|Block Size|Grid Size|Executed Ipc" \
+    "$out/ncu-prefill.txt" | head -150
 fi
 if [[ "$what" == lab ]]; then
   "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1
