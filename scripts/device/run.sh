@@ -23,8 +23,9 @@
 #        reference (tests/fixtures/orchid-demo): chunked prefill in 1,024-token windows, one
 #        4,100-token prefill, and step by step (ORCHID_PREFILL=0), as $OUT/demo-eval-*.json; then
 #        one greedy answer on the GPU
-#   ncu-prefill REGEX: speed-of-light, memory and warp-stall sections of 2 launches of each
-#        prefill kernel matching REGEX (4K prompt), as $OUT/ncu-prefill.txt
+#   ncu-prefill REGEX: speed-of-light, memory and warp-stall sections of the launches matching REGEX
+#        in a 4K-prompt prefill: NCU_COUNT (4) of them after skipping NCU_SKIP (80: the 256-token
+#        warm-up's, for a kernel launched twice a layer), as $OUT/ncu-prefill.txt
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
 #        of each kernel matching REGEX, as $OUT/ncu-detail.txt
 set -uo pipefail
@@ -140,7 +141,8 @@ if [[ "$what" == demo-eval ]]; then
   "$bin/orchid" run -p "What does orchid mean?" --greedy -n 60 --backend cuda || status=1
 fi
 if [[ "$what" == ncu-prefill ]]; then
-  ncu --clock-control none --kernel-name "regex:$contexts" --launch-count 2 \
+  ncu --clock-control none --kernel-name "regex:$contexts" --launch-skip "${NCU_SKIP:-80}" \
+    --launch-count "${NCU_COUNT:-4}" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     "$bin/orchid" bench prefill --synthetic qwen3.6-35b-a3b --lengths 4096 --ablation-lengths none \
