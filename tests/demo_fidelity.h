@@ -37,8 +37,8 @@ struct DemoReference {
 };
 
 inline DemoReference demo_reference() {
-  const auto j = nlohmann::json::parse(
-      demo_file_text(std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/orchid-demo/reference.json"));
+  const auto j = nlohmann::json::parse(demo_file_text(
+      std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/orchid-demo/reference.json"));
   return {j.at("hf_fp32_perplexity").get<double>(),
           j.at("hf_bf16_top1_agreement_vs_fp32").get<double>()};
 }

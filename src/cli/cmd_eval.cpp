@@ -5,8 +5,8 @@
 // KL(reference ‖ orchid). The text runs through one state in windows of --window
 // tokens, so the logits held at once are bounded by the window, not the text.
 #include <cstdio>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
 #include "orchid/runtime/eval.h"

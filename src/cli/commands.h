@@ -51,10 +51,11 @@ struct ModelOptions {
 // `required`: -m must be given; else an empty dir means the built-in demo model.
 void add_model_options(CLI::App* cmd, ModelOptions& opts, bool required = true);
 
-// The built-in demo model's directory (a small trained model of the architecture, docs/demo-model.md):
-// $ORCHID_DEMO_MODEL if set, else models/orchid-demo beside the binary's folder (the build tree in
-// the repo: build/orchid → models/orchid-demo) or share/orchid/models/orchid-demo under its
-// install prefix. An error naming the places looked at when none holds a config.json.
+// The built-in demo model's directory (a small trained model of the architecture,
+// docs/demo-model.md): $ORCHID_DEMO_MODEL if set, else models/orchid-demo beside the binary's
+// folder (the build tree in the repo: build/orchid → models/orchid-demo) or
+// share/orchid/models/orchid-demo under its install prefix. An error naming the places looked at
+// when none holds a config.json.
 Expected<std::string> demo_model_dir();
 
 struct LoadedModel {

@@ -552,9 +552,9 @@ void run_experts(const ExpertCase& cs) {
   const auto act = dact.host(), act_lo = dact_lo.host();
   const auto h = dh.host();
 
-  // act = silu(g) · u (saturated at ±65,504): g and u within their GEMM bounds Bg, Bu (silu' ≤ 1.1), then fp16's
-  // rounding (2^-11 relative, 2^-25 absolute below the normal range), or the exact path's hi + lo
-  // (2^-22, 2^-25) and its fp32 epilogue (expf, three roundings): 2^-20.
+  // act = silu(g) · u (saturated at ±65,504): g and u within their GEMM bounds Bg, Bu (silu'
+  // ≤ 1.1), then fp16's rounding (2^-11 relative, 2^-25 absolute below the normal range), or the
+  // exact path's hi + lo (2^-22, 2^-25) and its fp32 epilogue (expf, three roundings): 2^-20.
   int bad = 0;
   std::vector<float> act_x(act.size());  // what the down GEMM multiplies (exact: hi + lo)
   for (size_t i = 0; i < act.size(); ++i)

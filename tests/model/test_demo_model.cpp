@@ -22,9 +22,10 @@ TEST(DemoModel, CpuMatchesHuggingFaceOnHeldOutText) {
   const EvalStats s = test::demo_eval(*be, 1024);
   ASSERT_EQ(s.compared, 4100);
   const double ppl_rel = s.perplexity() / ref.hf_fp32_perplexity - 1;
-  std::printf("[ demo model ] cpu: top-1 agreement %.4f, perplexity %.4f (HF fp32 %.4f, %+.2e), "
-              "mean KL %.2e nats\n",
-              s.top1_agreement(), s.perplexity(), ref.hf_fp32_perplexity, ppl_rel, s.mean_kl());
+  std::printf(
+      "[ demo model ] cpu: top-1 agreement %.4f, perplexity %.4f (HF fp32 %.4f, %+.2e), "
+      "mean KL %.2e nats\n",
+      s.top1_agreement(), s.perplexity(), ref.hf_fp32_perplexity, ppl_rel, s.mean_kl());
   EXPECT_GE(s.top1_agreement(), 0.995);
   EXPECT_LE(std::fabs(ppl_rel), 1e-3);
 }

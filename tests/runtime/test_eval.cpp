@@ -97,7 +97,7 @@ TEST(Eval, CompactReferenceMatchesTheFullOne) {
   const std::vector<float> model = {0.5f, 1.f, -1.f, 2.f, 0.f, 0.3f,  //
                                     1.f,  0.f, 0.2f, 0.f, 3.f, -2.f,  //
                                     0.f,  0.f, 0.f,  1.f, 0.f, 0.f};
-  const std::vector<float> ref = {0.f, 1.5f, -1.f, 2.2f, 0.1f, 0.f,  //
+  const std::vector<float> ref = {0.f, 1.5f, -1.f, 2.2f, 0.1f, 0.f,   //
                                   2.f, 0.f,  0.1f, 0.f,  2.5f, -1.f,  //
                                   0.f, 0.f,  0.f,  0.f,  1.f,  0.f};
   EvalStats want;
@@ -129,11 +129,11 @@ TEST(Eval, MalformedCompactRowsAreErrors) {
   const std::vector<int32_t> ids = {0};
   const std::vector<float> model = {0.f, 1.f, 2.f, 3.f};
   const std::vector<std::vector<float>> bad = {
-      {4.f, 7.f, 3.f, 3.f, 2.f},     // id 7 outside the vocabulary
-      {4.f, 1.5f, 3.f, 3.f, 2.f},    // a fractional id
-      {4.f, 3.f, 2.f, 2.f, 3.f},     // logits ascending
-      {1.f, 3.f, 2.f, 3.f, 2.f},     // a logit above the log-sum-exp
-      {4.f, 3.f, 2.f, NAN, 2.f}};    // not finite
+      {4.f, 7.f, 3.f, 3.f, 2.f},   // id 7 outside the vocabulary
+      {4.f, 1.5f, 3.f, 3.f, 2.f},  // a fractional id
+      {4.f, 3.f, 2.f, 2.f, 3.f},   // logits ascending
+      {1.f, 3.f, 2.f, 3.f, 2.f},   // a logit above the log-sum-exp
+      {4.f, 3.f, 2.f, NAN, 2.f}};  // not finite
   for (const auto& row : bad) {
     const EvalReference ref{row.data(), 5, 2};
     EvalStats s;

@@ -64,8 +64,8 @@ Expected<nlohmann::json> prefill_profile(CudaBackend& be, int64_t n, bool print 
   }
   nlohmann::json out = {{"total_ms", total}, {"kernels", nlohmann::json::array()}};
   if (print)
-    std::printf("\nprefill of %lld tokens, kernel by kernel: %.2f ms\n",
-                static_cast<long long>(n), total);
+    std::printf("\nprefill of %lld tokens, kernel by kernel: %.2f ms\n", static_cast<long long>(n),
+                total);
   for (const auto& name : order) {
     const double tflops = double(flops[name]) / (ms[name] * 1e-3) / 1e12;
     out["kernels"].push_back({{"kernel", name},
@@ -195,8 +195,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
     auto g = gdn_form_ms(*be, n);
     if (!g) return g.error();
     sweep[std::to_string(n)] = *g;
-    std::printf("%44lld %12.3f %12.3f\n", static_cast<long long>(n),
-                g->value("gdn scan", -1.0), g->value("gdn chunked", -1.0));
+    std::printf("%44lld %12.3f %12.3f\n", static_cast<long long>(n), g->value("gdn scan", -1.0),
+                g->value("gdn chunked", -1.0));
   }
   out["gdn_form_ms_by_tokens"] = sweep;
   return out;
