@@ -122,6 +122,19 @@ TEST_F(CudaPrefill, Fp16PathChunkedLogitsMatchStepByStep) {
   expect_chunked_matches_steps({9, 65}, {.median = 5e-2, .near = 0.25, .frac = 0.75});
 }
 
+// The routing ablation (ORCHID_DEVICE_ROUTING=0) moves the same tables through the host: the
+// logits are the same bits.
+TEST_F(CudaPrefill, HostRoundTripOfTheRoutingChangesNothing) {
+  std::mt19937_64 rng(std::random_device{}());
+  const auto ids = random_ids(150, be_->n_vocab(), rng);
+  const auto want = logits(ids, true, 0);
+  cuda_->switches().device_routing = false;
+  const auto got = logits(ids, true, 0);
+  cuda_->switches().device_routing = true;
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got, want);
+}
+
 // DeltaNet layers only (no attention layer): separates the two mixers when the above fails.
 TEST_F(CudaPrefill, ChunkedLogitsMatchStepByStepWithoutAttention) {
   make(3);

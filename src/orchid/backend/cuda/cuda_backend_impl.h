@@ -13,6 +13,8 @@
 
 namespace orchid::cuda {
 
+struct MoeRouting;  // prefill_kernels.h
+
 // Returns a Status naming the failing runtime call.
 #define ORCHID_CUDA(expr)                                        \
   do {                                                           \
@@ -49,7 +51,9 @@ namespace orchid::cuda {
 // form: auto (default) the chunked form on the tensor cores from kGdnChunkedMinTokens tokens a
 // chunk up and the sequential scan below, 0 always the sequential scan, 1 always the chunked form;
 // ORCHID_TC_ROUTER=0 computes the prefill router logits on the CUDA cores in fp32 instead of as an
-// exact-path GEMM on the tensor cores (the fp16 path always takes the fp32 kernel).
+// exact-path GEMM on the tensor cores (the fp16 path always takes the fp32 kernel);
+// ORCHID_DEVICE_ROUTING=0 copies each layer's routing tables (pairs and tile map) to the host and
+// back before the expert GEMMs, the host synchronisation a host-side sort would need.
 // From this many tokens a chunk, ORCHID_GDN_CHUNKED=auto takes the chunked DeltaNet form: below,
 // its two extra launches and 64-token padding outweigh the sequential scan's ~0.33 µs a token.
 // Measured on the H200 (bench/results/cuda-prefill-2026-11-30-s7.json, the DeltaNet launch over
@@ -79,6 +83,7 @@ struct Switches {
   int prefill_chunk = 4096;
   int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
   bool tc_router = true;
+  bool device_routing = true;
   static Switches from_env();
   // Sets the kernels' process-wide flags (kernels.h) from these switches.
   void apply() const;
@@ -227,6 +232,8 @@ class CudaBackend final : public Backend {
   Status prefill_moe(const DevLayer& L, int T, Profiler* prof);
   // Whether the layer's router and shared-expert gate fit the exact-path GEMM.
   bool router_on_tensor_cores(const DevLayer& L) const;
+  // The ORCHID_DEVICE_ROUTING=0 ablation: r's tables to the host and back, synchronously.
+  Status round_trip_routing(const MoeRouting& r, int64_t pairs);
   Status prefill_gemm(const DevMatrix& w, const uint16_t* a, const uint16_t* a_lo, int lda, int T,
                       float* c, int ldc, const float* add);
   Status prefill_logits(int T, LogitsMode mode, float* host);

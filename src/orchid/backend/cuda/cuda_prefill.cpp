@@ -257,9 +257,10 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   r.max_tiles = P.max_tiles, r.n_tiles = P.n_tiles;
   r.tile_expert = P.tile_expert, r.tile_begin = P.tile_begin, r.tile_end = P.tile_end;
   ORCHID_TRY(launch_moe_route_sort(r, stream_));
-  if (prof) prof->mark("moe route+sort", 0);
   const int64_t stacked = E + (L.shared_apart ? 0 : 1);
   const int64_t pairs = int64_t(T) * (c_.n_expert_used + (L.shared_apart ? 0 : 1));
+  if (!sw_.device_routing) ORCHID_TRY(round_trip_routing(r, pairs));
+  if (prof) prof->mark("moe route+sort", 0);
   ExpertGateUpParams gu;
   gu.gate = L.gate, gu.up = L.up, gu.n_ff = c_.n_ff_exp, gu.x = P.xn, gu.x_lo = P.xn_lo, gu.r = &r;
   gu.act = P.act, gu.act_lo = P.act_lo;
@@ -290,6 +291,36 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   ORCHID_TRY(launch_moe_combine(P.slot_out, T, slots, H, P.h, stream_));
   if (prof) prof->mark("moe combine", 0);
   return {};
+}
+
+Status CudaBackend::round_trip_routing(const MoeRouting& r, int64_t pairs) {
+  struct Table {
+    void* p;
+    size_t bytes;
+  };
+  const size_t tiles = size_t(r.max_tiles) * sizeof(int);
+  const Table tables[] = {{r.pair_token, pairs * sizeof(int)},
+                          {r.pair_slot, pairs * sizeof(int)},
+                          {r.pair_w, pairs * sizeof(float)},
+                          {r.tile_expert, tiles},
+                          {r.tile_begin, tiles},
+                          {r.tile_end, tiles},
+                          {r.n_tiles, sizeof(int)}};
+  size_t total = 0;
+  for (const Table& t : tables) total += t.bytes;
+  std::vector<char> host(total);
+  size_t at = 0;
+  for (const Table& t : tables) {
+    ORCHID_CUDA(cudaMemcpyAsync(host.data() + at, t.p, t.bytes, cudaMemcpyDeviceToHost, stream_));
+    at += t.bytes;
+  }
+  ORCHID_TRY(sync("routing to the host"));
+  at = 0;
+  for (const Table& t : tables) {
+    ORCHID_CUDA(cudaMemcpyAsync(t.p, host.data() + at, t.bytes, cudaMemcpyHostToDevice, stream_));
+    at += t.bytes;
+  }
+  return sync("routing back to the device");  // the host buffer goes out of scope
 }
 
 Status CudaBackend::prefill_chunk(CudaState& st, int T, Profiler* prof) {

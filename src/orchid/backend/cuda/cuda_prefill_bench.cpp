@@ -115,6 +115,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"prefill_chunk", base.prefill_chunk},
                              {"gdn_chunked", base.gdn_chunked},
                              {"tc_router", base.tc_router},
+                             {"device_routing", base.device_routing},
                              {"gdn_chunked_min_tokens", cuda::kGdnChunkedMinTokens}};
   // Warm-up: the first prefill makes the chunk buffers.
   if (auto w = prefill_speed(*be, 256, 1); !w) return w.error();
@@ -163,6 +164,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
          [](cuda::Switches& s) { s.exact_prefill = false, s.fused_dequant = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         {"tc_router_off", [](cuda::Switches& s) { s.tc_router = false; }},
+        {"device_routing_off", [](cuda::Switches& s) { s.device_routing = false; }},
         {"tile_16", [](cuda::Switches& s) { s.prefill_tile = 16; }},
         {"tile_32", [](cuda::Switches& s) { s.prefill_tile = 32; }},
         {"tile_64", [](cuda::Switches& s) { s.prefill_tile = 64; }},
