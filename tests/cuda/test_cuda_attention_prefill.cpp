@@ -103,7 +103,9 @@ std::vector<double> norm_rope(const Chunk& c, const float* x, const std::vector<
 // After the norm launch. q (in qg): within 1e-5 · (1 + |q|) of the reference — fp32 rounding of
 // the sum of squares, rsqrt and sincos is ~1e-6 of the head's scale (the values are O(1)); the
 // gate untouched. The chunk's K rows within one bf16 step (|K| / 128) of the reference's bf16
-// (the fp32 value may round to the other side), V rows bit for bit; every other row unchanged.
+// (the fp32 value may round to the other side) plus the same 1e-5 of the head's scale (a K
+// element near 0 after the rotation, e.g. 5.4e-6, carries that absolute error, many bf16 steps
+// of its own size), V rows bit for bit; every other row unchanged.
 void check_norm(const Chunk& c, const DevChunk& d) {
   const int hd = c.sh.hd, nh = c.sh.nh, nkv = c.sh.nkv;
   const auto qg = d.qg.host();
@@ -137,7 +139,7 @@ void check_norm(const Chunk& c, const DevChunk& d) {
           want_k = f32_to_bf16(float(kr[size_t(dim)]));
           want_v = f32_to_bf16(c.v[(size_t(t) * nkv + g) * hd + size_t(dim)]);
           const float wk = bf16_to_f32(want_k), gk = bf16_to_f32(kc[i]);
-          if (!(std::fabs(gk - wk) <= std::fabs(wk) / 128) && bad++ < 5)
+          if (!(std::fabs(gk - wk) <= std::fabs(wk) / 128 + 1e-5) && bad++ < 5)
             ADD_FAILURE() << c.name() << ": K row " << r << " head " << g << " dim " << dim << ": "
                           << gk << " vs " << wk;
         } else if (kc[i] != want_k && bad++ < 5) {
