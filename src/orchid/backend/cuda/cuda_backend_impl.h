@@ -39,7 +39,9 @@ struct MoeRouting;  // prefill_kernels.h
 // instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
 // write as three kernels instead of one.
 // Prefill (cuda_prefill.cpp): ORCHID_PREFILL=0 runs a prompt as one decode step per token instead
-// of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default 4096 tokens);
+// of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default 8192 tokens:
+// measured 1.5-4.7 % faster than 4096 from 8K to 128K for 1.25 GiB more buffers, and 16384 no
+// better below 32K for 2.9 GiB more; bench/results/cuda-prefill-2026-11-30-s7-chunks.json);
 // ORCHID_EXACT_PREFILL=0 runs the projections on plain fp16 operands (weights dequantised to
 // fp16, activations rounded to it: ~1e-3 relative per projection, enough to flip near-tied router
 // choices) instead of the exact path (activations as fp16 hi + lo pairs, integer weight codes,
@@ -80,7 +82,7 @@ struct Switches {
   bool fused_dequant = true;
   bool flash_prefill = true;
   int prefill_tile = 0;  // 0: chosen from the rows per expert
-  int prefill_chunk = 4096;
+  int prefill_chunk = 8192;
   int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
   bool tc_router = true;
   bool device_routing = true;

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "orchid/backend/cuda/cuda_backend_impl.h"
 #include "orchid/backend/cuda/prefill_kernels.h"
@@ -374,7 +375,10 @@ Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> toke
                                     std::vector<float>& logits, int64_t chunk, Profiler* prof) {
   const int64_t n = int64_t(tokens.size()), V = c_.n_vocab;
   const int C = int(chunk > 0 ? std::min<int64_t>(chunk, sw_.prefill_chunk) : sw_.prefill_chunk);
-  ORCHID_TRY(ensure_prefill_scratch(C));
+  // Buffers for the chunk, or for the prompt rounded up to a power of two (≥ 256) when it is
+  // shorter: short prompts need not hold a full chunk's 2.7 GiB, and regrowth stays rare.
+  const int64_t fit = int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(n, 256))));
+  ORCHID_TRY(ensure_prefill_scratch(int(std::min<int64_t>(C, fit))));
   set_gemm_fused_dequant_enabled(sw_.fused_dequant);
   for (int64_t c0 = 0; c0 < n; c0 += C) {
     const int T = int(std::min<int64_t>(C, n - c0));
