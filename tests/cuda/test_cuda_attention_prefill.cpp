@@ -1,10 +1,13 @@
 // The prefill attention kernels against a double-precision reference on fresh random inputs,
 // real and odd shapes: the q/k norm + RoPE + K/V write (also bit for bit against the decode
-// kernel), flash attention on tensor cores and the naive ablation, one chunk against two.
+// kernel), flash attention on tensor cores (mma.sync, and wgmma on Hopper wherever it applies)
+// and the naive ablation, one chunk against two.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "cuda_test_util.h"
 #include "orchid/backend/cuda/prefill_kernels.h"
@@ -21,6 +24,23 @@ constexpr Shape kReal{16, 2, 256, 64};
 
 constexpr int kSpareRows = 16;  // cache rows past the chunk, left NaN
 constexpr uint16_t kNaN16 = 0xffff;
+
+// The two flash kernels: mma.sync (every head dim, sm_80 on) and wgmma (Hopper, hd 64 / 128 /
+// 256). Both round q and P to bf16, so they share the reference's bounds.
+enum class Flash { mma, wgmma };
+const char* flash_name(Flash f) {
+  return f == Flash::mma ? "flash (mma.sync)" : "flash (wgmma)";
+}
+Status launch_flash(Flash f, const cuda::AttnPrefillParams& p) {
+  return f == Flash::mma ? cuda::launch_attention_prefill(p, nullptr)
+                         : cuda::launch_attention_prefill_wgmma(p, nullptr);
+}
+// The flash kernels that apply to head dim hd on this device.
+std::vector<Flash> flash_kernels(int hd) {
+  std::vector<Flash> f{Flash::mma};
+  if (cuda::attention_prefill_wgmma_supported(hd)) f.push_back(Flash::wgmma);
+  return f;
+}
 
 // A chunk of T tokens at position pos0 of one layer: the projections' outputs and the cache, whose
 // rows before pos0 hold random bf16 K/V (an earlier chunk's) and every later row NaN, so that a
@@ -172,47 +192,55 @@ Reference reference(const Chunk& c, const std::vector<uint16_t>& kc_bits,
   const size_t n = size_t(c.T) * nh * hd;
   r.want.resize(n), r.a.resize(n), r.b.resize(n), r.s_abs.resize(size_t(c.T) * nh);
   const double scale = 1 / std::sqrt(double(hd));
-  std::vector<double> s, o(static_cast<size_t>(hd)), a(o), b(o);
-  for (int t = 0; t < c.T; ++t)
-    for (int h = 0; h < nh; ++h) {
-      const size_t qrow = size_t(t) * nh + h;
-      const auto q = norm_rope(c, c.qg.data() + qrow * 2 * hd, c.q_norm, c.pos0 + t);
-      const int n_keys = c.pos0 + t + 1, g = h / G;
-      s.assign(size_t(n_keys), 0.0);
-      double mx = -1e300, s_abs = 0;
-      for (int j = 0; j < n_keys; ++j) {
-        const double* kr = kc.data() + (size_t(j) * nkv + g) * hd;
-        double dot = 0, abs_dot = 0;
-        for (int d = 0; d < hd; ++d)
-          dot += q[size_t(d)] * kr[d], abs_dot += std::fabs(q[size_t(d)] * kr[d]);
-        s[size_t(j)] = dot * scale;
-        mx = std::max(mx, s[size_t(j)]);
-        s_abs = std::max(s_abs, abs_dot * scale);
-      }
-      r.s_abs[qrow] = s_abs;
-      double l = 0;
-      for (auto& x : s) l += x = std::exp(x - mx);
-      for (auto& x : s) x /= l;
-      std::fill(o.begin(), o.end(), 0.0);
-      std::fill(a.begin(), a.end(), 0.0);
-      std::fill(b.begin(), b.end(), 0.0);
-      for (int j = 0; j < n_keys; ++j) {
-        const double* vr = vc.data() + (size_t(j) * nkv + g) * hd;
-        for (int d = 0; d < hd; ++d) o[size_t(d)] += s[size_t(j)] * vr[d];
-      }
-      for (int j = 0; j < n_keys; ++j) {
-        const double* vr = vc.data() + (size_t(j) * nkv + g) * hd;
+  // Rows (token t, head h) are independent: tokens are spread over the host's threads (the
+  // long-context cases score 8,000 keys a row).
+  auto rows = [&](int t0, int t_step) {
+    std::vector<double> s, o(static_cast<size_t>(hd)), a(o), b(o);
+    for (int t = t0; t < c.T; t += t_step)
+      for (int h = 0; h < nh; ++h) {
+        const size_t qrow = size_t(t) * nh + h;
+        const auto q = norm_rope(c, c.qg.data() + qrow * 2 * hd, c.q_norm, c.pos0 + t);
+        const int n_keys = c.pos0 + t + 1, g = h / G;
+        s.assign(size_t(n_keys), 0.0);
+        double mx = -1e300, s_abs = 0;
+        for (int j = 0; j < n_keys; ++j) {
+          const double* kr = kc.data() + (size_t(j) * nkv + g) * hd;
+          double dot = 0, abs_dot = 0;
+          for (int d = 0; d < hd; ++d)
+            dot += q[size_t(d)] * kr[d], abs_dot += std::fabs(q[size_t(d)] * kr[d]);
+          s[size_t(j)] = dot * scale;
+          mx = std::max(mx, s[size_t(j)]);
+          s_abs = std::max(s_abs, abs_dot * scale);
+        }
+        r.s_abs[qrow] = s_abs;
+        double l = 0;
+        for (auto& x : s) l += x = std::exp(x - mx);
+        for (auto& x : s) x /= l;
+        std::fill(o.begin(), o.end(), 0.0);
+        std::fill(a.begin(), a.end(), 0.0);
+        std::fill(b.begin(), b.end(), 0.0);
+        for (int j = 0; j < n_keys; ++j) {
+          const double* vr = vc.data() + (size_t(j) * nkv + g) * hd;
+          for (int d = 0; d < hd; ++d) o[size_t(d)] += s[size_t(j)] * vr[d];
+        }
+        for (int j = 0; j < n_keys; ++j) {
+          const double* vr = vc.data() + (size_t(j) * nkv + g) * hd;
+          for (int d = 0; d < hd; ++d) {
+            a[size_t(d)] += s[size_t(j)] * std::fabs(vr[d] - o[size_t(d)]);
+            b[size_t(d)] += s[size_t(j)] * std::fabs(vr[d]);
+          }
+        }
         for (int d = 0; d < hd; ++d) {
-          a[size_t(d)] += s[size_t(j)] * std::fabs(vr[d] - o[size_t(d)]);
-          b[size_t(d)] += s[size_t(j)] * std::fabs(vr[d]);
+          const double sg = 1 / (1 + std::exp(-double(c.qg[qrow * 2 * hd + size_t(hd + d)])));
+          const size_t i = qrow * hd + size_t(d);
+          r.want[i] = sg * o[size_t(d)], r.a[i] = sg * a[size_t(d)], r.b[i] = sg * b[size_t(d)];
         }
       }
-      for (int d = 0; d < hd; ++d) {
-        const double sg = 1 / (1 + std::exp(-double(c.qg[qrow * 2 * hd + size_t(hd + d)])));
-        const size_t i = qrow * hd + size_t(d);
-        r.want[i] = sg * o[size_t(d)], r.a[i] = sg * a[size_t(d)], r.b[i] = sg * b[size_t(d)];
-      }
-    }
+  };
+  const int n_threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 32u));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < n_threads; ++i) pool.emplace_back(rows, i, n_threads);
+  for (std::thread& th : pool) th.join();
   return r;
 }
 
@@ -274,22 +302,26 @@ struct Case {
   int T, pos0;
 };
 
-// Norm launch, then the flash and the naive attention (each on a freshly poisoned output) against
-// the reference. Cases: T of 1, a tile's 64 ± 1 and several tiles, from position 0 and after an
-// earlier chunk; the real shape, a group of 3 at hd 128, no grouping at hd 64, a group of 8 on one
-// KV head, a group of 6 at hd 256.
+// Norm launch, then each flash kernel and the naive attention (each on a freshly poisoned output)
+// against the reference. Cases: T of 1, a tile's 64 ± 1 and several tiles, from position 0 and
+// after an earlier chunk; the real shape (also 1,000-token chunks: 63 row blocks of the wgmma
+// kernel per KV head, up to 16 K/V tiles through its stages; and a long context, 130 tokens after
+// 8,000 earlier keys: 128 tiles, the stages' barriers through 64 phases), a group of 3 at hd 128,
+// no grouping at hd 64, a group of 8 on one KV head, a group of 6 at hd 256, the golden fixtures'
+// hd 32 and 48 (mma.sync only). Both flash kernels round q and P to bf16: the same bounds.
 TEST(CudaAttentionPrefill, MatchesReference) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const Shape odd3{6, 2, 128, 32}, mha{4, 4, 64, 64}, g8{8, 1, 128, 64}, g6{12, 2, 256, 64};
   const Shape tiny{8, 1, 32, 8}, odd{6, 2, 48, 24};  // the golden fixtures' attention
-  const Case cases[] = {{kReal, 1, 0},    {kReal, 63, 0},    {kReal, 64, 0},   {kReal, 65, 0},
-                        {kReal, 200, 0},  {kReal, 1, 517},   {kReal, 63, 100}, {kReal, 64, 129},
-                        {kReal, 65, 300}, {kReal, 200, 333}, {odd3, 1, 0},     {odd3, 64, 0},
-                        {odd3, 65, 129},  {odd3, 200, 0},    {odd3, 200, 71},  {mha, 63, 0},
-                        {mha, 63, 17},    {mha, 65, 31},     {mha, 200, 0},    {mha, 200, 1000},
-                        {g8, 65, 0},      {g8, 200, 50},     {g6, 65, 40},     {g6, 200, 0},
-                        {tiny, 65, 0},    {tiny, 100, 37},   {odd, 65, 0},     {odd, 100, 37}};
+  const Case cases[] = {{kReal, 1, 0},      {kReal, 63, 0},   {kReal, 64, 0},    {kReal, 65, 0},
+                        {kReal, 200, 0},    {kReal, 1000, 0}, {kReal, 1, 517},   {kReal, 63, 100},
+                        {kReal, 64, 129},   {kReal, 65, 300}, {kReal, 200, 333}, {kReal, 1000, 77},
+                        {kReal, 130, 8000}, {odd3, 1, 0},     {odd3, 64, 0},     {odd3, 65, 129},
+                        {odd3, 200, 0},     {odd3, 200, 71},  {mha, 63, 0},      {mha, 63, 17},
+                        {mha, 65, 31},      {mha, 200, 0},    {mha, 200, 1000},  {g8, 65, 0},
+                        {g8, 200, 50},      {g6, 65, 40},     {g6, 200, 0},      {tiny, 65, 0},
+                        {tiny, 100, 37},    {odd, 65, 0},     {odd, 100, 37}};
   for (const Case& cs : cases) {
     const Chunk c = make_chunk(cs.sh, cs.pos0, cs.T, rng);
     DevChunk d(c);
@@ -298,10 +330,13 @@ TEST(CudaAttentionPrefill, MatchesReference) {
     check_norm(c, d);
     const Reference ref = reference(c, d.kc.host(), d.vc.host());
 
-    const Status st = cuda::launch_attention_prefill(d.p, nullptr);
-    ASSERT_TRUE(st.ok()) << st.message();
-    ORCHID_CUDA_OK(cudaDeviceSynchronize());
-    check_out("flash", c, ref, d.out.host(), nullptr, kBf16Unit, kBf16Unit, 1.6e-2);
+    for (Flash f : flash_kernels(cs.sh.hd)) {
+      ORCHID_CUDA_OK(cudaMemset(d.out.get(), 0xff, d.out.bytes()));
+      const Status st = launch_flash(f, d.p);
+      ASSERT_TRUE(st.ok()) << flash_name(f) << ": " << st.message();
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      check_out(flash_name(f), c, ref, d.out.host(), nullptr, kBf16Unit, kBf16Unit, 1.6e-2);
+    }
 
     DevBuf<float> scores(size_t(cs.sh.nh) * cs.T * (cs.pos0 + cs.T));
     ORCHID_CUDA_OK(cudaMemset(d.out.get(), 0xff, d.out.bytes()));
@@ -312,7 +347,21 @@ TEST(CudaAttentionPrefill, MatchesReference) {
   }
 }
 
-// With out_lo set, both kernels keep the fp16 output's bits and write what its rounding dropped
+// The wgmma kernel is what runs on a Hopper device (compute capability 9.0) for head dims 64, 128
+// and 256 — so that the tests above exercise it there — and never for other head dims.
+TEST(CudaAttentionPrefill, WgmmaKernelWhereItApplies) {
+  ORCHID_REQUIRE_GPU();
+  int dev = 0;
+  cudaDeviceProp prop{};
+  ORCHID_CUDA_OK(cudaGetDevice(&dev));
+  ORCHID_CUDA_OK(cudaGetDeviceProperties(&prop, dev));
+  const bool hopper = prop.major == 9 && prop.minor == 0;
+  for (int hd : {64, 128, 256})
+    EXPECT_EQ(cuda::attention_prefill_wgmma_supported(hd), hopper) << "hd " << hd;
+  for (int hd : {32, 48, 96, 192}) EXPECT_FALSE(cuda::attention_prefill_wgmma_supported(hd));
+}
+
+// With out_lo set, every kernel keeps the fp16 output's bits and writes what its rounding dropped
 // (|lo| ≤ half an fp16 step of hi: 2⁻¹¹ |hi|, 2⁻²⁵ below the normal range); the naive kernel, fp32
 // throughout, then meets the reference at fp32's level (rel. L2 1e-5 per row; the fp16 output
 // alone is at 2.8e-4).
@@ -328,28 +377,32 @@ TEST(CudaAttentionPrefill, WritesTheExactRemainder) {
     const Reference ref = reference(c, d.kc.host(), d.vc.host());
     DevBuf<uint16_t> lo(d.out.size());
     DevBuf<float> scores(size_t(cs.sh.nh) * cs.T * (cs.pos0 + cs.T));
-    for (bool flash : {true, false}) {
+    std::vector<std::optional<Flash>> kernels;  // the flash kernels, then (nullopt) the naive one
+    for (Flash f : flash_kernels(cs.sh.hd)) kernels.push_back(f);
+    kernels.push_back(std::nullopt);
+    for (const std::optional<Flash>& k : kernels) {
+      const std::string what = c.name() + ": " + (k ? flash_name(*k) : "naive");
       auto run = [&](uint16_t* out_lo) {
         cuda::AttnPrefillParams p = d.p;
         p.out_lo = out_lo;
         ORCHID_CUDA_OK(cudaMemset(d.out.get(), 0xff, d.out.bytes()));
-        const Status st = flash ? cuda::launch_attention_prefill(p, nullptr)
-                                : cuda::launch_attention_prefill_naive(p, scores.get(), nullptr);
-        ASSERT_TRUE(st.ok()) << st.message();
+        const Status st = k ? launch_flash(*k, p)
+                            : cuda::launch_attention_prefill_naive(p, scores.get(), nullptr);
+        ASSERT_TRUE(st.ok()) << what << ": " << st.message();
         ORCHID_CUDA_OK(cudaDeviceSynchronize());
       };
       run(nullptr);
       const auto alone = d.out.host();
       run(lo.get());
       const auto hi = d.out.host(), rem = lo.host();
-      EXPECT_TRUE(hi == alone) << c.name() << (flash ? ": flash" : ": naive") << " out's bits";
+      EXPECT_TRUE(hi == alone) << what << ": out's bits";
       int bad = 0;
       for (size_t i = 0; i < hi.size(); ++i) {
         const double h = f16_to_f32(hi[i]), l = f16_to_f32(rem[i]);
         if (!(std::fabs(l) <= std::ldexp(std::fabs(h), -11) + std::ldexp(1.0, -25)) && bad++ < 5)
-          ADD_FAILURE() << c.name() << ": element " << i << " hi " << h << " lo " << l;
+          ADD_FAILURE() << what << ": element " << i << " hi " << h << " lo " << l;
       }
-      if (!flash) check_out("naive, hi + lo", c, ref, hi, &rem, 0, 0, 1e-5);
+      if (!k) check_out("naive, hi + lo", c, ref, hi, &rem, 0, 0, 1e-5);
     }
   }
 }
@@ -385,9 +438,10 @@ TEST(CudaAttentionPrefill, NormMatchesDecodeKernelBits) {
 }
 
 // A prompt prefilled as one chunk or as two (T1 tokens, then T − T1 at pos0 = T1 over the first
-// chunk's cache rows) gives the same bits: the norm is per token, and a query row's flash result
-// depends only on its own keys, visited in the same 0-aligned tiles (tiles past a row's last key
-// leave it exactly unchanged: P = 0, correction 1).
+// chunk's cache rows) gives the same bits, with either flash kernel: the norm is per token, and a
+// query row's flash result depends only on its own keys, visited in the same 0-aligned tiles
+// (tiles past a row's last key leave it exactly unchanged: P = 0, correction 1), whichever row
+// block, warp or warpgroup the row falls in.
 TEST(CudaAttentionPrefill, TwoChunksEqualOne) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
@@ -395,34 +449,37 @@ TEST(CudaAttentionPrefill, TwoChunksEqualOne) {
     Shape sh;
     int T, T1;
   };
-  for (Split sp : {Split{kReal, 200, 77}, Split{kReal, 130, 64}, Split{{6, 2, 128, 32}, 150, 1},
-                   Split{{4, 4, 64, 64}, 129, 100}}) {
+  for (Split sp : {Split{kReal, 200, 77}, Split{kReal, 130, 64}, Split{kReal, 300, 150},
+                   Split{{6, 2, 128, 32}, 150, 1}, Split{{4, 4, 64, 64}, 129, 100}}) {
     const Chunk c = make_chunk(sp.sh, 0, sp.T, rng);
-    DevChunk one(c), two(c);
-    ASSERT_TRUE(cuda::launch_qk_norm_rope_kv_prefill(one.p, nullptr).ok());
-    ASSERT_TRUE(cuda::launch_attention_prefill(one.p, nullptr).ok());
-    const int hd = sp.sh.hd;
-    cuda::AttnPrefillParams first = two.p, second = two.p;
-    first.T = sp.T1;
-    second.pos0 = sp.T1, second.T = sp.T - sp.T1;
-    second.qg += size_t(sp.T1) * sp.sh.nh * 2 * hd;
-    second.k += size_t(sp.T1) * sp.sh.nkv * hd;
-    second.v += size_t(sp.T1) * sp.sh.nkv * hd;
-    second.out += size_t(sp.T1) * sp.sh.nh * hd;
-    for (const cuda::AttnPrefillParams& p : {first, second}) {
-      ASSERT_TRUE(cuda::launch_qk_norm_rope_kv_prefill(p, nullptr).ok());
-      ASSERT_TRUE(cuda::launch_attention_prefill(p, nullptr).ok());
+    for (Flash f : flash_kernels(sp.sh.hd)) {
+      DevChunk one(c), two(c);
+      ASSERT_TRUE(cuda::launch_qk_norm_rope_kv_prefill(one.p, nullptr).ok());
+      ASSERT_TRUE(launch_flash(f, one.p).ok());
+      const int hd = sp.sh.hd;
+      cuda::AttnPrefillParams first = two.p, second = two.p;
+      first.T = sp.T1;
+      second.pos0 = sp.T1, second.T = sp.T - sp.T1;
+      second.qg += size_t(sp.T1) * sp.sh.nh * 2 * hd;
+      second.k += size_t(sp.T1) * sp.sh.nkv * hd;
+      second.v += size_t(sp.T1) * sp.sh.nkv * hd;
+      second.out += size_t(sp.T1) * sp.sh.nh * hd;
+      for (const cuda::AttnPrefillParams& p : {first, second}) {
+        ASSERT_TRUE(cuda::launch_qk_norm_rope_kv_prefill(p, nullptr).ok());
+        ASSERT_TRUE(launch_flash(f, p).ok());
+      }
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      const std::string what =
+          c.name() + ", split at " + std::to_string(sp.T1) + ", " + flash_name(f);
+      EXPECT_EQ(one.qg.host(), two.qg.host()) << what << ": q";
+      EXPECT_EQ(one.kc.host(), two.kc.host()) << what << ": K cache";
+      EXPECT_EQ(one.vc.host(), two.vc.host()) << what << ": V cache";
+      const auto o1 = one.out.host(), o2 = two.out.host();
+      EXPECT_EQ(o1, o2) << what << ": output";
+      EXPECT_TRUE(
+          std::none_of(o1.begin(), o1.end(), [](uint16_t h) { return std::isnan(f16_to_f32(h)); }))
+          << what << ": NaN in the output";
     }
-    ORCHID_CUDA_OK(cudaDeviceSynchronize());
-    const std::string what = c.name() + ", split at " + std::to_string(sp.T1);
-    EXPECT_EQ(one.qg.host(), two.qg.host()) << what << ": q";
-    EXPECT_EQ(one.kc.host(), two.kc.host()) << what << ": K cache";
-    EXPECT_EQ(one.vc.host(), two.vc.host()) << what << ": V cache";
-    const auto o1 = one.out.host(), o2 = two.out.host();
-    EXPECT_EQ(o1, o2) << what << ": output";
-    EXPECT_TRUE(
-        std::none_of(o1.begin(), o1.end(), [](uint16_t h) { return std::isnan(f16_to_f32(h)); }))
-        << what << ": NaN in the output";
   }
 }
 
@@ -435,6 +492,7 @@ TEST(CudaAttentionPrefill, RejectsUnsupportedShapes) {
   DevBuf<float> scores(size_t(16) * 4 * 4);
   auto rejected = [&](cuda::AttnPrefillParams p) {
     return !cuda::launch_attention_prefill(p, nullptr).ok() &&
+           !cuda::launch_attention_prefill_wgmma(p, nullptr).ok() &&
            !cuda::launch_attention_prefill_naive(p, scores.get(), nullptr).ok() &&
            !cuda::launch_qk_norm_rope_kv_prefill(p, nullptr).ok();
   };
@@ -447,8 +505,12 @@ TEST(CudaAttentionPrefill, RejectsUnsupportedShapes) {
   EXPECT_TRUE(rejected(p)) << "group of 16";
   p = d.p, p.hd = 96;
   EXPECT_FALSE(cuda::launch_attention_prefill(p, nullptr).ok()) << "flash at hd 96";
+  EXPECT_FALSE(cuda::launch_attention_prefill_wgmma(p, nullptr).ok()) << "wgmma at hd 96";
+  p = d.p, p.hd = 32;
+  EXPECT_FALSE(cuda::launch_attention_prefill_wgmma(p, nullptr).ok()) << "wgmma at hd 32";
   p = d.p, p.out = nullptr;
   EXPECT_FALSE(cuda::launch_attention_prefill(p, nullptr).ok()) << "no output";
+  EXPECT_FALSE(cuda::launch_attention_prefill_wgmma(p, nullptr).ok()) << "wgmma, no output";
   EXPECT_FALSE(cuda::launch_attention_prefill_naive(d.p, nullptr, nullptr).ok()) << "no scores";
   ORCHID_CUDA_OK(cudaDeviceSynchronize());
 }

@@ -8,6 +8,8 @@
 
 #include <cmath>
 
+#include "orchid/backend/cuda/attention_prefill_check.h"
+#include "orchid/backend/cuda/attention_softmax.cuh"
 #include "orchid/backend/cuda/mma_bf16.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
@@ -188,16 +190,7 @@ __global__ void __launch_bounds__(kFlashWarps * 32, 2)
         mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
       }
       float corr[2], neg_m[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m[r], mx[r]);
-        corr[r] = exp2f((m[r] - m_new) * scale_log2);  // 0 on the first tile
-        neg_m[r] = -m_new * scale_log2;
-        m[r] = m_new;
-        l[r] *= corr[r];
-      }
+      online_softmax_step(mx, m, l, scale_log2, corr, neg_m);
       // P as the A fragments of P·V: 16-key step kk holds 8-key tiles 2 kk (a0, a1: rows gq,
       // gq + 8) and 2 kk + 1 (a2, a3).
       uint32_t pa[BN / 16][4];
@@ -323,32 +316,6 @@ __global__ void kernel_attn_pv_naive(const __grid_constant__ AttnPrefillParams p
 
 // ---- Launchers ----------------------------------------------------------------------------------
 
-bool aligned16(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
-}
-
-// What every launch relies on: the chunk, the heads, the cache and qg (16-byte vector loads).
-Status check_common(const AttnPrefillParams& p, const char* what) {
-  if (p.T < 1 || p.T > 65535 || p.pos0 < 0)
-    return err(what, ": chunk of ", p.T, " tokens at position ", p.pos0,
-               " (expected 1 … 65535 tokens, position ≥ 0)");
-  if (p.n_head_kv < 1 || p.n_head % p.n_head_kv != 0 || p.n_head / p.n_head_kv > kMaxGqaGroup)
-    return err(what, ": ", p.n_head, " query heads over ", p.n_head_kv,
-               " KV heads (expected a group of 1 … ", kMaxGqaGroup, ")");
-  if (p.hd < 8 || p.hd > kMaxHeadDim || p.hd % 8 != 0)
-    return err(what, ": head_dim ", p.hd, " (expected a multiple of 8 up to ", kMaxHeadDim, ")");
-  if (!p.qg || !p.kc || !p.vc || !aligned16(p.qg) || !aligned16(p.kc) || !aligned16(p.vc))
-    return err(what, ": qg, kc and vc must be set and 16-byte aligned");
-  return {};
-}
-
-Status check_attention(const AttnPrefillParams& p, const char* what) {
-  ORCHID_TRY(check_common(p, what));
-  if (!p.out || !aligned16(p.out) || !aligned16(p.out_lo))
-    return err(what, ": out must be set and 16-byte aligned (out_lo too, if set)");
-  return {};
-}
-
 template <int HD>
 Status launch_flash(const AttnPrefillParams& p, cudaStream_t s) {
   constexpr size_t smem = flash_smem<HD>();
@@ -368,7 +335,7 @@ Status launch_flash(const AttnPrefillParams& p, cudaStream_t s) {
 
 Status launch_qk_norm_rope_kv_prefill(const AttnPrefillParams& p, cudaStream_t s) {
   constexpr const char* what = "qk norm + rope + kv write (prefill)";
-  ORCHID_TRY(check_common(p, what));
+  ORCHID_TRY(check_attn_common(p, what));
   if (p.n_rot < 0 || p.n_rot > p.hd || p.n_rot % 2 != 0)
     return err(what, ": n_rot ", p.n_rot, " (expected even, at most head_dim ", p.hd, ")");
   if (!p.k || !p.v || !p.q_norm || !p.k_norm || (p.n_rot > 0 && !p.inv_freq))
@@ -379,7 +346,7 @@ Status launch_qk_norm_rope_kv_prefill(const AttnPrefillParams& p, cudaStream_t s
 }
 
 Status launch_attention_prefill(const AttnPrefillParams& p, cudaStream_t s) {
-  ORCHID_TRY(check_attention(p, "attention prefill"));
+  ORCHID_TRY(check_attn_output(p, "attention prefill"));
   switch (p.hd) {
     case 32:  // the golden fixtures' head sizes
       return launch_flash<32>(p, s);
@@ -397,7 +364,7 @@ Status launch_attention_prefill(const AttnPrefillParams& p, cudaStream_t s) {
 }
 
 Status launch_attention_prefill_naive(const AttnPrefillParams& p, float* scores, cudaStream_t s) {
-  ORCHID_TRY(check_attention(p, "attention prefill (naive)"));
+  ORCHID_TRY(check_attn_output(p, "attention prefill (naive)"));
   if (!scores) return err("attention prefill (naive): scores buffer missing");
   const dim3 rows(p.T, p.n_head);
   kernel_attn_scores_naive<<<rows, 256, 0, s>>>(p, scores);

@@ -48,14 +48,18 @@ struct MoeRouting;  // prefill_kernels.h
 // scale and bias applied per group in fp32; about twice the tensor-core work);
 // ORCHID_FUSED_DEQUANT=0 (with ORCHID_EXACT_PREFILL=0) dequantises each dense weight to an fp16
 // buffer before a plain GEMM instead of tile by tile inside it; ORCHID_FLASH_PREFILL=0
-// materialises the attention scores; ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs'
-// rows per tile (default: by the load); ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's
-// form: auto (default) the chunked form on the tensor cores from kGdnChunkedMinTokens tokens a
-// chunk up and the sequential scan below, 0 always the sequential scan, 1 always the chunked form;
-// ORCHID_TC_ROUTER=0 computes the prefill router logits on the CUDA cores in fp32 instead of as an
-// exact-path GEMM on the tensor cores (the fp16 path always takes the fp32 kernel);
-// ORCHID_DEVICE_ROUTING=0 copies each layer's routing tables (pairs and tile map) to the host and
-// back before the expert GEMMs, the host synchronisation a host-side sort would need.
+// materialises the attention scores; ORCHID_WGMMA_ATTENTION=0 runs the flash attention on the
+// mma.sync kernel instead of the Hopper one (wgmma, a producer warpgroup; used where
+// attention_prefill_wgmma_supported: an sm_90a device, head_dim 64, 128 or 256);
+// ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
+// ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
+// the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
+// always the sequential scan, 1 always the chunked form; ORCHID_TC_ROUTER=0 computes the prefill
+// router logits on the CUDA cores in fp32 instead of as an exact-path GEMM on the tensor cores (the
+// fp16 path always takes the fp32 kernel); ORCHID_DEVICE_ROUTING=0 copies each layer's routing
+// tables (pairs and tile map) to the host and back before the expert GEMMs, the host
+// synchronisation a host-side sort would need.
+//
 // From this many tokens a chunk, ORCHID_GDN_CHUNKED=auto takes the chunked DeltaNet form: below,
 // its two extra launches and 64-token padding outweigh the sequential scan's ~0.33 µs a token.
 // Measured on the H200 (bench/results/cuda-prefill-2026-11-30-s7.json, the DeltaNet launch over
@@ -81,6 +85,7 @@ struct Switches {
   bool exact_prefill = true;
   bool fused_dequant = true;
   bool flash_prefill = true;
+  bool wgmma_attention = true;
   int prefill_tile = 0;  // 0: chosen from the rows per expert
   int prefill_chunk = 8192;
   int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form

@@ -1,9 +1,10 @@
 // Prefill: a prompt in chunks of up to `prefill_chunk` tokens, every projection a GEMM on the
 // tensor cores (q4 tiles dequantised on chip), the experts as grouped GEMMs over the chunk's
 // tokens sorted by expert on the device, the DeltaNet scan (sequential with its state in registers,
-// or chunked on the tensor cores: ORCHID_GDN_CHUNKED), and flash attention over the cache. Every
-// fp16 GEMM operand (xn, mix, act) comes with its remainder (xn_lo, …) on the exact path
-// (ORCHID_EXACT_PREFILL, prefill_kernels.h). Per chunk, per layer:
+// or chunked on the tensor cores: ORCHID_GDN_CHUNKED), and flash attention over the cache (on
+// Hopper's wgmma: ORCHID_WGMMA_ATTENTION). Every fp16 GEMM operand (xn, mix, act) comes with its
+// remainder (xn_lo, …) on the exact path (ORCHID_EXACT_PREFILL, prefill_kernels.h). Per chunk, per
+// layer:
 //   xn = fp16(RMSNorm(h))                          [T, n_embd]
 //   attention: qg, k, v = xn·W → q/k norm + RoPE + KV write → flash attention → h += o·W_o
 //   DeltaNet:  qkv, z, b, a = xn·W → conv, norms, scan, gated norm → h += out·W_out
@@ -166,7 +167,9 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* pro
   if (prof) prof->mark("qk norm+rope+kv", 0);
   // Causal: query t meets pos0 + t + 1 keys; QKᵀ and PV are 2 · hd FLOPs per (query, key) each.
   const int64_t pairs = int64_t(T) * st.n_past_ + int64_t(T) * (T + 1) / 2;
-  if (sw_.flash_prefill) {
+  if (sw_.flash_prefill && sw_.wgmma_attention && attention_prefill_wgmma_supported(hd)) {
+    ORCHID_TRY(launch_attention_prefill_wgmma(a, stream_));
+  } else if (sw_.flash_prefill) {
     ORCHID_TRY(launch_attention_prefill(a, stream_));
   } else {
     ORCHID_TRY(grow(P.extra, P.scores, P.scores_elems, int64_t(c_.n_head) * T * (st.n_past_ + T),

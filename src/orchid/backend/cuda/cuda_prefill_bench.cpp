@@ -111,6 +111,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"exact_prefill", base.exact_prefill},
                              {"fused_dequant", base.fused_dequant},
                              {"flash_prefill", base.flash_prefill},
+                             {"wgmma_attention", base.wgmma_attention},
                              {"prefill_tile", base.prefill_tile},
                              {"prefill_chunk", base.prefill_chunk},
                              {"gdn_chunked", base.gdn_chunked},
@@ -163,6 +164,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"fused_dequant_off",
          [](cuda::Switches& s) { s.exact_prefill = false, s.fused_dequant = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
+        // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
+        {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},
         {"tc_router_off", [](cuda::Switches& s) { s.tc_router = false; }},
         {"device_routing_off", [](cuda::Switches& s) { s.device_routing = false; }},
         {"tile_16", [](cuda::Switches& s) { s.prefill_tile = 16; }},

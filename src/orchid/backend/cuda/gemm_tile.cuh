@@ -32,6 +32,7 @@
 
 #include "orchid/backend/cuda/mma_bf16.cuh"
 #include "orchid/backend/cuda/mma_q4.cuh"  // mma_16816
+#include "orchid/backend/cuda/wgmma.cuh"
 
 // Its own namespace: its cp_async16 and ldmatrix_x4 take shared addresses as integers (computed
 // once per tile), beside mma_bf16.cuh's pointer-taking ones of the same names.
@@ -154,87 +155,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// ---- Hopper warpgroup MMA (sm_90a only) -------------------------------------------------------
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-constexpr bool kHaveWgmma = true;
-#else
-constexpr bool kHaveWgmma = false;
-#endif
-
-// Descriptor of a K-major [rows, 64] fp16 shared tile in the tile_off layout, which is wgmma's
-// 128-byte swizzle when the tile starts on 1024 bytes: 8-row atoms 1024 bytes apart (stride byte
-// offset); the leading byte offset is unused for this layout. Adding 2 steps 32 bytes = k16.
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3ffff) >> 4) | uint64_t(1) << 16 | uint64_t(1024 >> 4) << 32 |
-         uint64_t(1) << 62;
-}
-__device__ __forceinline__ void wgmma_fence() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#endif
-}
-// Waits for all of this warpgroup's wgmma; d is named so that the compiler keeps the
-// accumulators in place until then.
-__device__ __forceinline__ void wgmma_wait_all(float (&d)[64]) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.wait_group.sync.aligned 0;"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                 "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-                 "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-                 "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-                 "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-                 "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-                 "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-                 "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                 "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
-                 "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-                 "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-               :
-               : "memory");
-#endif
-}
-// Orders this thread's generic-proxy shared writes (cp.async, the dequantised tile) before the
-// tensor cores' (async proxy) reads that follow the next barrier.
-__device__ __forceinline__ void fence_proxy_async() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-// d[64 rows, 128 cols] = A[64, 16] · B[128, 16]ᵀ (+ d when accumulate), both K-major in shared
-// memory.
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b,
-                                                 bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
-      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
-      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
-      "%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "l"(a), "l"(b), "r"(int(accumulate)));
-#endif
-}
-
-// Byte offset of chunk c (8 elements) of row r in a swizzled [rows, 64] fp16 tile.
+// Byte offset of chunk c (8 elements) of row r in a swizzled [rows, 64] fp16 tile (the 128-byte
+// swizzle of wgmma_layout.h).
 __device__ __forceinline__ uint32_t tile_off(int r, int c) {
-  return uint32_t(r * kTileRowB + ((c ^ (r & 7)) << 4));
+  return sw128_offset(r, c);
 }
 
 // ---- Dequantisation: one 16-byte unit → E / 8 chunks of fp16 -------------------------------
@@ -568,8 +492,8 @@ struct TileLoop {
       // other buffer; its last reader, step ks - 1, finished before the barrier).
       wgmma_fence();
       const uint32_t ta = a_tile(ks) + wgmma_rows();
-      wgmma_steps<0, 4, Cfg::kExact>(d, wgmma_desc(ta), wgmma_desc(ta + kLo),
-                                     wgmma_desc(b_tile(ks)), true);
+      wgmma_steps<0, 4, Cfg::kExact>(d, wgmma_desc_k(ta), wgmma_desc_k(ta + kLo),
+                                     wgmma_desc_k(b_tile(ks)), true);
       wgmma_commit();
       issue(ks + S - 1);
       if constexpr (Cfg::kDequant)
@@ -593,7 +517,8 @@ struct TileLoop {
       const bool first = steps <= 1 || (ks & (steps - 1)) == 0;  // a group starts at this step
       const bool last = steps <= 1 || (ks & (steps - 1)) == steps - 1;
       const uint32_t ta = a_tile(ks) + wgmma_rows();
-      const uint64_t dh = wgmma_desc(ta), dl = wgmma_desc(ta + kLo), db = wgmma_desc(b_tile(ks));
+      const uint64_t dh = wgmma_desc_k(ta), dl = wgmma_desc_k(ta + kLo),
+                     db = wgmma_desc_k(b_tile(ks));
       // Fence, wgmmas and commit in one basic block each (else ptxas adds warpgroup arrives).
       if (steps == 0) {
         wgmma_fence();

@@ -148,6 +148,11 @@ Status launch_qk_norm_rope_kv_prefill(const AttnPrefillParams& p, cudaStream_t s
 // with an online softmax, GQA-aware (one K/V tile serves the group's heads); the score matrix
 // never leaves the chip.
 Status launch_attention_prefill(const AttnPrefillParams& p, cudaStream_t s);
+// The same attention on Hopper's warpgroup MMA (attention_prefill_wgmma.cu): the same contract
+// and precision (q and P rounded to bf16, fp32 sums), for head_dim 64, 128 and 256 on a device
+// that runs the sm_90a build — attention_prefill_wgmma_supported(hd) says whether it does.
+bool attention_prefill_wgmma_supported(int hd);
+Status launch_attention_prefill_wgmma(const AttnPrefillParams& p, cudaStream_t s);
 // The ablation: scores materialised in `scores` ([n_head, T, pos0 + T] fp32), softmax, then P·V.
 Status launch_attention_prefill_naive(const AttnPrefillParams& p, float* scores, cudaStream_t s);
 

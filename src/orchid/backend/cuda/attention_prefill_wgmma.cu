@@ -1,0 +1,328 @@
+// Causal flash attention over a prefill chunk on Hopper's warpgroup MMA (sm_90a), with the
+// contract of kernel_flash_attention_prefill (attention_prefill.cu: GQA-packed rows, the earlier
+// chunks' keys through pos0, the output gate, fp16 hi + lo): the tensor cores read Q, K and V
+// straight from swizzled shared memory instead of every warp re-reading them through ldmatrix.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "orchid/backend/cuda/attention_prefill_check.h"
+#include "orchid/backend/cuda/attention_softmax.cuh"
+#include "orchid/backend/cuda/attention_wgmma_tile.h"
+#include "orchid/backend/cuda/mma_bf16.cuh"
+#include "orchid/backend/cuda/wgmma.cuh"
+
+namespace orchid::cuda {
+namespace {
+
+// The design, in the shapes of HD 256 (AttnWgmmaTile holds the layouts):
+// - A CTA takes 128 GQA-packed query rows of one KV head g (row r: token r / G, query head
+//   g · G + r % G, as in the mma.sync kernel) and every key they attend, in tiles of 64 keys;
+//   384 threads in three warpgroups, one CTA an SM (193 KB of shared memory).
+// - Warpgroup 0, the producer, copies K and V tiles from the cache into kStages shared stages
+//   (2 at HD 256) with cp.async, swizzled on the way; each thread's copies of a tile arrive on the
+//   tile's "full" mbarrier when they land (cp.async.mbarrier.arrive), and a stage is refilled once
+//   every consumer warp has arrived on its "empty" mbarrier. K and V have barriers of their own:
+//   a K tile is free as soon as S is computed, a tile before its V.
+// - Warpgroups 1 and 2, the consumers, own 64 query rows each. Q is converted to bf16 into shared
+//   memory once. S = Q·Kᵀ (64 × 64 fp32: 32 registers a thread) is 16 wgmma m64n64k16 reading Q
+//   and K from shared memory; the online softmax runs in registers with the mma.sync kernel's
+//   arithmetic; P goes to bf16 straight from S's registers (the accumulator layout is the A
+//   layout: wgmma_acc_for_a) and is the register A operand of O += P·V, 4 wgmma m64n256k16 that
+//   read V MN-major (the cache rows as stored: keys × dims). O (64 × 256 fp32) is 128 registers.
+// - Per tile j a consumer issues O += P_j·V_j and S_{j+1} = Q·K_{j+1}ᵀ back to back and waits
+//   once; the softmax of tile j + 1 then runs on the CUDA cores while the other consumer's
+//   products keep the tensor cores busy.
+// - Registers: the launch bound caps 384 threads at 168 a thread; setmaxnreg moves them between
+//   the warpgroups, the producer keeping 40 and the consumers taking 232 (40 · 128 + 232 · 256 =
+//   64,512 of the SM's 65,536).
+// Precision as the mma.sync kernel's: q and P rounded to bf16 for the products, fp32
+// accumulation, the row sum l of the fp32 P, the output rounded to fp16 (+ its remainder).
+
+// The CTA's rows and keys.
+struct CtaRows {
+  int T, pos0, G, g, m0;  // m0: the CTA's first packed row
+  int kv_end, n_tiles;    // keys [0, kv_end) in tiles of kKeys
+  // Query row r of the CTA attends keys [0, limit(r)]; rows past the chunk's end (zero queries,
+  // never stored) borrow the last token's range.
+  __device__ __forceinline__ int limit(int r) const { return pos0 + min(T - 1, (m0 + r) / G); }
+};
+
+// mbarrier `kind` (0: K full, 1: V full, 2: K empty, 3: V empty) of stage s.
+template <class L>
+__device__ __forceinline__ uint32_t stage_bar(uint32_t bars, int kind, int s) {
+  return bars + uint32_t(kind * L::kStages + s) * 8;
+}
+
+// Warpgroup 0: K and V of tile j into stage j % kStages, for every tile (thread t's chunks:
+// AttnWgmmaTile::copy_row / copy_dim). Keys past kv_end are zero-filled (a masked P = 0 then never
+// meets an uninitialised NaN) from a clamped, valid address.
+template <class L>
+__device__ __forceinline__ void produce(const AttnPrefillParams& p, const CtaRows& cta, char* smem,
+                                        uint32_t bars, int t) {
+  constexpr int HD = L::kHd, S = L::kStages, BN = L::kKeys;
+  const size_t stride = size_t(p.n_head_kv) * HD;  // elements between cache rows
+  const int d = L::copy_dim(t);
+  const uint16_t* const kc = p.kc + size_t(cta.g) * HD + d;
+  const uint16_t* const vc = p.vc + size_t(cta.g) * HD + d;
+  auto copy = [&](const uint16_t* src, char* dst, int j) {
+    if ((j + 1) * BN <= cta.kv_end) {  // every key of the tile is in range
+      const uint16_t* rows = src + size_t(j) * BN * stride;
+#pragma unroll
+      for (int i = 0; i < L::kPasses; ++i)
+        cp_async16(dst + L::elem(BN, L::copy_row(t, i), d),
+                   rows + size_t(L::copy_row(t, i)) * stride);
+    } else {
+#pragma unroll
+      for (int i = 0; i < L::kPasses; ++i) {
+        const int key = j * BN + L::copy_row(t, i);
+        cp_async16(dst + L::elem(BN, L::copy_row(t, i), d),
+                   src + size_t(min(key, cta.kv_end - 1)) * stride, key < cta.kv_end ? 16 : 0);
+      }
+    }
+  };
+  for (int j = 0; j < cta.n_tiles; ++j) {
+    const int s = j % S, use = j / S;
+    if (use > 0) mbar_wait(stage_bar<L>(bars, 2, s), (use - 1) & 1);
+    copy(kc, smem + L::k_tile(s), j);
+    cp_async_mbar_arrive(stage_bar<L>(bars, 0, s));
+    if (use > 0) mbar_wait(stage_bar<L>(bars, 3, s), (use - 1) & 1);
+    copy(vc, smem + L::v_tile(s), j);
+    cp_async_mbar_arrive(stage_bar<L>(bars, 1, s));
+  }
+  cp_async_wait_all();
+}
+
+// Consumer warpgroup w (0, 1; thread ct of it) over the CTA's rows [64w, 64w + 64).
+template <class L>
+__device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRows& cta, char* smem,
+                                        uint32_t base, uint32_t bars, int w, int ct) {
+  constexpr int HD = L::kHd, S = L::kStages, BN = L::kKeys;
+  const int lane = ct & 31, warp = ct >> 5;
+
+  // Q rows to bf16 (zeros past the chunk's last token) while the first tiles are in flight.
+  char* const q = smem + L::q_tile(w);
+  for (int c = ct; c < 64 * HD / 4; c += 128) {
+    const int r = c / (HD / 4), d = c % (HD / 4) * 4, mr = cta.m0 + 64 * w + r, t = mr / cta.G;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (t < cta.T)
+      x = *reinterpret_cast<const float4*>(
+          p.qg + (size_t(t) * p.n_head + cta.g * cta.G + mr % cta.G) * 2 * HD + d);
+    *reinterpret_cast<uint2*>(q + L::elem(64, r, d)) =
+        make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
+  }
+  fence_proxy_async();  // the tensor cores read what these ordinary stores wrote
+  named_barrier_sync(1 + w, 128);
+  const uint64_t qd = wgmma_desc_k(base + L::q_tile(w));
+
+  // This thread's two rows (fragment registers e < 2 and e ≥ 2, wgmma_layout.h) and the first row
+  // of its warp, whose range is the warp's shortest.
+  const int row0 = 64 * w + wgmma_frag_row(ct, 0);
+  const int lim[2] = {cta.limit(row0), cta.limit(row0 + 8)};
+  const int warp_lo = cta.limit(64 * w + 16 * warp);
+  const float scale_log2 = 1.4426950408889634f / sqrtf(float(HD));  // softmax in base 2
+
+  float o[HD / 2], s[BN / 2];  // accumulators: O [64, HD] and S [64, BN] of the warpgroup
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;  // the first product ignores it, but reads it
+  uint32_t pf[BN / 16][4];                      // P as the A operand, one set per 16 keys
+  // Running max (raw q·k units) and this lane's part of the row sum (online_softmax_step).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  // S = Q · K(stage)ᵀ, committed as one group.
+  auto issue_s = [&](int stage) {
+    const uint64_t kd = wgmma_desc_k(base + L::k_tile(stage));
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+      wgmma_m64n64k16_bf16(s, qd + (L::q_step(kk) >> 4), kd + (L::k_step(kk) >> 4), kk > 0);
+    wgmma_commit();
+  };
+  // The warp's last read of a stage's K or V is behind it: one arrival per warp.
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) mbar_arrive(bar);
+  };
+  // Tile j's causal mask, online softmax and P; O rescaled by the change of the running max.
+  auto softmax = [&](int j) {
+    const int k0 = j * BN;
+    if (k0 + BN - 1 > warp_lo) {  // only tiles that reach past the warp's first row's last key
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i)
+        if (k0 + wgmma_acc_col(ct, i) > lim[(i >> 1) & 1]) s[i] = -INFINITY;
+    }
+    // This lane's row maxima, then the step (the quad's maxima, corrections).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    float corr[2], neg_m[2];
+    online_softmax_step(mx, m, l, scale_log2, corr, neg_m);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      s[i] = exp2f(fmaf(s[i], scale_log2, neg_m[(i >> 1) & 1]));
+      l[(i >> 1) & 1] += s[i];
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        pf[kk][i] = pack_bf16(s[wgmma_acc_for_a(kk, i)], s[wgmma_acc_for_a(kk, i) + 1]);
+    // Once the running maxima settle most tiles leave them unchanged: skip the HD / 2
+    // multiplies a lane would spend rescaling O by 1.
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < HD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+    }
+  };
+
+  mbar_wait(stage_bar<L>(bars, 0, 0), 0);
+  fence_proxy_async();  // the copies the barrier made visible, before the tensor cores read them
+  issue_s(0);
+  wgmma_wait<0>();
+  fence_operands(s);
+  release(stage_bar<L>(bars, 2, 0));
+  softmax(0);
+  for (int j = 0; j < cta.n_tiles; ++j) {
+    // O += P_j · V_j, then (if there is a next tile) S = Q · K_{j+1}ᵀ behind it; one wait for both.
+    const int st = j % S, st1 = (j + 1) % S;
+    const bool more = j + 1 < cta.n_tiles;
+    mbar_wait(stage_bar<L>(bars, 1, st), (j / S) & 1);
+    fence_proxy_async();
+    const uint64_t vd = wgmma_desc_mn(base + L::v_tile(st), L::kVLbo);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_mn_bf16<HD>(o, pf[kk], vd + (L::v_step(kk) >> 4));
+    wgmma_commit();
+    if (more) {
+      mbar_wait(stage_bar<L>(bars, 0, st1), ((j + 1) / S) & 1);
+      fence_proxy_async();
+      issue_s(st1);
+    }
+    wgmma_wait<0>();
+    fence_operands(o);
+    fence_operands(s);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) fence_operands(pf[kk]);  // read until the wait
+    release(stage_bar<L>(bars, 3, st));
+    if (more) {
+      release(stage_bar<L>(bars, 2, st1));
+      softmax(j + 1);
+    }
+  }
+
+  // out = O / l ⊙ sigmoid(gate), fp16 (and its remainder when asked for).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int mr = cta.m0 + row0 + 8 * r, t = mr / cta.G;
+    if (t >= cta.T) continue;
+    const size_t row = size_t(t) * p.n_head + cta.g * cta.G + mr % cta.G;
+    const float inv_l = 1.f / l[r];
+    const float* gate = p.qg + row * 2 * HD + HD;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      const int d = wgmma_acc_col(ct, 4 * j);
+      const float2 gt = *reinterpret_cast<const float2*>(gate + d);
+      store_f16x2_split(o[4 * j + 2 * r] * inv_l * sigmoid(gt.x),
+                        o[4 * j + 2 * r + 1] * inv_l * sigmoid(gt.y), p.out, p.out_lo,
+                        int64_t(row * HD + d));
+    }
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(AttnWgmmaTile<HD>::kThreads, 1)
+    kernel_flash_attention_prefill_wgmma(const __grid_constant__ AttnPrefillParams p) {
+  using L = AttnWgmmaTile<HD>;
+  if constexpr (!kHaveWgmma) {
+    __trap();  // only the sm_90a build has this kernel: attention_prefill_wgmma_supported
+  } else {
+    extern __shared__ __align__(1024) char smem_wgmma[];
+    // The swizzle atoms must start on 1024 bytes: align the base (kSmem holds the slack).
+    const uint32_t raw = smem_addr(smem_wgmma), base = (raw + 1023u) & ~1023u;
+    char* const smem = smem_wgmma + (base - raw);
+    const uint32_t bars = base + L::kBarrierOffset;
+    CtaRows cta;
+    cta.T = p.T, cta.pos0 = p.pos0, cta.G = p.n_head / p.n_head_kv, cta.g = blockIdx.x;
+    // The last row blocks (the latest tokens: the most keys) of every KV head start first, so
+    // that the grid's tail is short blocks.
+    cta.m0 = (gridDim.y - 1 - blockIdx.y) * L::kRows;
+    cta.kv_end = cta.limit(L::kRows - 1) + 1;
+    cta.n_tiles = (cta.kv_end + L::kKeys - 1) / L::kKeys;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < L::kStages; ++s) {
+        mbar_init(stage_bar<L>(bars, 0, s), 128);  // one arrival per producer thread
+        mbar_init(stage_bar<L>(bars, 1, s), 128);
+        mbar_init(stage_bar<L>(bars, 2, s), 4 * L::kConsumers);  // one per consumer warp
+        mbar_init(stage_bar<L>(bars, 3, s), 4 * L::kConsumers);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+      setmaxnreg_dec<L::kProducerRegs>();
+      produce<L>(p, cta, smem, bars, threadIdx.x);
+    } else {
+      setmaxnreg_inc<L::kConsumerRegs>();
+      const int w = (threadIdx.x - 128) / 128;
+      consume<L>(p, cta, smem, base, bars, w, threadIdx.x - 128 - 128 * w);
+    }
+  }
+}
+
+template <int HD>
+Status launch_wgmma(const AttnPrefillParams& p, cudaStream_t s) {
+  using L = AttnWgmmaTile<HD>;
+  // More than 48 KB of dynamic shared memory must be allowed explicitly; set on every launch
+  // (cheap), so it holds for whichever device is current.
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel_flash_attention_prefill_wgmma<HD>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kSmem));
+      e != cudaSuccess)
+    return err("attention prefill (wgmma): ", cudaGetErrorString(e));
+  const int rows = p.T * (p.n_head / p.n_head_kv);
+  const dim3 grid(p.n_head_kv, (rows + L::kRows - 1) / L::kRows);
+  kernel_flash_attention_prefill_wgmma<HD><<<grid, L::kThreads, L::kSmem, s>>>(p);
+  return last_launch("attention prefill (wgmma)");
+}
+
+}  // namespace
+
+bool attention_prefill_wgmma_supported(int hd) {
+  static const bool device_ok = [] {
+    int dev = 0, optin = 0;
+    cudaDeviceProp prop{};
+    cudaFuncAttributes a{};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess ||
+        cudaFuncGetAttributes(&a, kernel_flash_attention_prefill_wgmma<256>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    // A compute capability 9.0 device running the sm_90a code (not sm_80 code through PTX JIT),
+    // with the shared memory of the largest tile.
+    return prop.major == 9 && prop.minor == 0 && a.ptxVersion >= 90 &&
+           optin >= int(AttnWgmmaTile<256>::kSmem);
+  }();
+  return device_ok && (hd == 64 || hd == 128 || hd == 256);
+}
+
+Status launch_attention_prefill_wgmma(const AttnPrefillParams& p, cudaStream_t s) {
+  constexpr const char* what = "attention prefill (wgmma)";
+  ORCHID_TRY(check_attn_output(p, what));
+  if (!attention_prefill_wgmma_supported(p.hd))
+    return err(what, ": head_dim ", p.hd,
+               " on this device (expected 64, 128 or 256 on an sm_90a device)");
+  switch (p.hd) {
+    case 64:
+      return launch_wgmma<64>(p, s);
+    case 128:
+      return launch_wgmma<128>(p, s);
+    default:
+      return launch_wgmma<256>(p, s);
+  }
+}
+
+}  // namespace orchid::cuda
