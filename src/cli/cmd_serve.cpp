@@ -66,11 +66,9 @@ void add_serve(CLI::App& app, int& exit_code) {
     args->opts.max_body_bytes = args->max_body_bytes;
     args->opts.state_cache_bytes = args->state_cache_mb << 20;
     args->opts.quantize_q4 = args->quantize == "q4";
-    if (args->opts.model_dir.empty()) {
-      auto demo = demo_model_dir();
-      if (!demo) return void(exit_code = fail(demo.message()));
-      args->opts.model_dir = *demo;
-    }
+    auto dir = model_dir_or_demo(args->opts.model_dir);
+    if (!dir) return void(exit_code = fail(dir.message()));
+    args->opts.model_dir = *dir;
 
     // Connection threads come and go with the clients, and glibc gives each a malloc arena of
     // its own whose freed memory it keeps: the resident size would creep up with every thread

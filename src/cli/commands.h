@@ -57,6 +57,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts, bool required = true);
 // share/orchid/models/orchid-demo under its install prefix. An error naming the places looked at
 // when none holds a config.json.
 Expected<std::string> demo_model_dir();
+// `dir`, or the demo model's directory when `dir` is empty (no -m given).
+Expected<std::string> model_dir_or_demo(const std::string& dir);
 
 struct LoadedModel {
   std::unique_ptr<Model> model;

@@ -86,16 +86,16 @@ Expected<std::string> demo_model_dir() {
              " (set ORCHID_DEMO_MODEL or pass -m DIR)");
 }
 
+Expected<std::string> model_dir_or_demo(const std::string& dir) {
+  return dir.empty() ? demo_model_dir() : Expected<std::string>(dir);
+}
+
 Expected<LoadedModel> open_model(const ModelOptions& opts) {
   LoadOptions lo;
   lo.quantize_q4 = opts.quantize == "q4";
-  std::string dir = opts.dir;
-  if (dir.empty()) {
-    auto demo = demo_model_dir();
-    if (!demo) return demo.error();
-    dir = *demo;
-  }
-  auto m = load_model(dir, lo);
+  auto dir = model_dir_or_demo(opts.dir);
+  if (!dir) return dir.error();
+  auto m = load_model(*dir, lo);
   if (!m) return m.error();
   LoadedModel out;
   out.model = std::move(*m);
@@ -108,12 +108,10 @@ Expected<LoadedModel> open_model(const ModelOptions& opts) {
 }
 
 Expected<ChatModel> open_chat_model(const ModelOptions& given) {
+  auto dir = model_dir_or_demo(given.dir);
+  if (!dir) return dir.error();
   ModelOptions opts = given;
-  if (opts.dir.empty()) {
-    auto demo = demo_model_dir();
-    if (!demo) return demo.error();
-    opts.dir = *demo;
-  }
+  opts.dir = *dir;
   auto lm = open_model(opts);
   if (!lm) return lm.error();
   auto assets = load_chat_assets(opts.dir);
