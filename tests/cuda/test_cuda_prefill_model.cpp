@@ -12,8 +12,13 @@
 // both attention kernels alike) gave medians from 5.4e-4 to 7.7e-3 and 57-100 % of positions
 // within 1e-2, but lower quartiles at most ~1e-3: so the quartile and the half are the bars; a
 // broken kernel is off by ~1 nearly everywhere. The fp16 ablation gets looser bars (below).
+// The model and prompts come from fixed seeds (test_seed): with fresh ones each run, about one
+// model in six had enough early flips to miss the bars, so the test failed at random. The
+// kernels themselves are tested on fresh random inputs elsewhere; ORCHID_TEST_SEED picks other
+// models and prompts for exploring.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda_test_logits.h"
 #include "cuda_test_util.h"
@@ -33,6 +38,12 @@ std::unique_ptr<Backend> cut_model(int n_layer, uint64_t seed) {
   return be ? std::move(*be) : nullptr;
 }
 
+// The seed of the test model (k = 0) and of its prompts (k > 0): ORCHID_TEST_SEED or a fixed one.
+uint64_t test_seed(uint64_t k) {
+  const char* s = std::getenv("ORCHID_TEST_SEED");
+  return (s ? std::strtoull(s, nullptr, 10) : 20261130ull) + k;
+}
+
 std::vector<int32_t> random_ids(int n, int64_t vocab, std::mt19937_64& rng) {
   std::vector<int32_t> ids(size_t(n), 0);
   for (auto& id : ids) id = int32_t(rng() % uint64_t(vocab));
@@ -50,7 +61,7 @@ class CudaPrefill : public ::testing::Test {
   void SetUp() override { make(4); }
   void make(int n_layer) {
     ORCHID_REQUIRE_GPU();
-    be_ = cut_model(n_layer, std::random_device{}());
+    be_ = cut_model(n_layer, test_seed(0));
     ASSERT_NE(be_, nullptr);
     cuda_ = dynamic_cast<cuda::CudaBackend*>(be_.get());
     ASSERT_NE(cuda_, nullptr);
@@ -74,7 +85,7 @@ class CudaPrefill : public ::testing::Test {
     return l;
   }
   void expect_chunked_matches_steps(const std::vector<int>& lengths, Bars bars = {}) {
-    std::mt19937_64 rng(std::random_device{}());
+    std::mt19937_64 rng(test_seed(1));
     const int64_t V = be_->n_vocab();
     for (int n : lengths) {
       const auto ids = random_ids(n, V, rng);
@@ -129,7 +140,7 @@ TEST_F(CudaPrefill, Fp16PathChunkedLogitsMatchStepByStep) {
 // The routing ablation (ORCHID_DEVICE_ROUTING=0) moves the same tables through the host: the
 // logits are the same bits.
 TEST_F(CudaPrefill, HostRoundTripOfTheRoutingChangesNothing) {
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng(test_seed(2));
   const auto ids = random_ids(150, be_->n_vocab(), rng);
   const auto want = logits(ids, true, 0);
   cuda_->switches().device_routing = false;
@@ -149,7 +160,7 @@ TEST_F(CudaPrefill, ChunkedLogitsMatchStepByStepWithoutAttention) {
 // decode step: its logits equal the last position's of one chunked prefill of the prompt and that
 // token (the same routing for the prompt, so within the paths' continuous 1e-2).
 TEST_F(CudaPrefill, DecodeAfterChunkedPrefillMatchesPrefillOfOneMore) {
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng(test_seed(3));
   const int64_t V = be_->n_vocab();
   for (int n : {65, 130}) {
     auto ids = random_ids(n, V, rng);
