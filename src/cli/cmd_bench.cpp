@@ -55,7 +55,8 @@ double seconds_since(Clock::time_point t0) {
 int bench_synthetic(const std::string& what, const std::string& name,
                     const std::vector<int32_t>& lengths,
                     const std::vector<int32_t>& decode_ablation,
-                    const std::vector<int32_t>& prefill_ablation, int tokens,
+                    const std::vector<int32_t>& prefill_ablation,
+                    const std::vector<int32_t>& prefill_profile, int tokens,
                     const std::string& out) {
 #ifdef ORCHID_HAVE_CUDA
   auto cfg = builtin_config(name);
@@ -77,6 +78,7 @@ int bench_synthetic(const std::string& what, const std::string& name,
     PrefillBenchOptions o;
     o.lengths.assign(lengths.begin(), lengths.end());
     o.ablation_lengths.assign(prefill_ablation.begin(), prefill_ablation.end());
+    o.profile_lengths.assign(prefill_profile.begin(), prefill_profile.end());
     auto p = cuda_prefill_bench(**be, o);
     if (!p) return fail(p.message());
     j->update(*p);
@@ -93,7 +95,7 @@ int bench_synthetic(const std::string& what, const std::string& name,
   return 0;
 #else
   (void)what, (void)name, (void)lengths, (void)decode_ablation, (void)prefill_ablation,
-      (void)tokens, (void)out;
+      (void)prefill_profile, (void)tokens, (void)out;
   return fail("--synthetic needs the CUDA backend, which this build does not have");
 #endif
 }
@@ -104,7 +106,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   struct Args {
     ModelOptions model;
     std::string what = "all", lengths = "256,512,1024", out, synthetic;
-    std::string ablation_lengths = "default";
+    std::string ablation_lengths = "default", profile_lengths;
     std::vector<std::string> series;
     int decode_tokens = 32;
   };
@@ -126,6 +128,9 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "--synthetic: lengths of the per-kernel reports and the switches' ablations "
                   "(comma-separated; 'none' skips them and the per-shape report; default: "
                   "4096,32768 for decode, 512,2048,8192 for prefill)");
+  cmd->add_option("--profile-lengths", args->profile_lengths,
+                  "--synthetic prefill: more prompt lengths for the per-kernel report alone "
+                  "(comma-separated; e.g. 131072, where the ablations would take minutes)");
   cmd->callback([args, &exit_code] {
     if (args->what == "plot") return void(exit_code = bench_plot(args->series, args->out));
     auto lengths = parse_token_list(args->lengths);
@@ -139,8 +144,15 @@ void add_bench(CLI::App& app, int& exit_code) {
         if (!a) return void(exit_code = fail("--ablation-lengths: " + a.message()));
         decode_abl = prefill_abl = *a;
       }
-      return void(exit_code = bench_synthetic(args->what, args->synthetic, *lengths, decode_abl,
-                                              prefill_abl, args->decode_tokens, args->out));
+      std::vector<int32_t> prefill_prof;
+      if (!args->profile_lengths.empty()) {
+        auto p = parse_token_list(args->profile_lengths);
+        if (!p) return void(exit_code = fail("--profile-lengths: " + p.message()));
+        prefill_prof = *p;
+      }
+      return void(exit_code =
+                      bench_synthetic(args->what, args->synthetic, *lengths, decode_abl,
+                                      prefill_abl, prefill_prof, args->decode_tokens, args->out));
     }
     if (args->model.dir.empty()) return void(exit_code = fail("bench: -m DIR or --synthetic NAME"));
     auto lm = open_model(args->model);

@@ -30,6 +30,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
 struct PrefillBenchOptions {
   std::vector<int64_t> lengths;                               // prompt tokens
   std::vector<int64_t> ablation_lengths = {512, 2048, 8192};  // profile + switch ablations
+  std::vector<int64_t> profile_lengths;                       // per-kernel profile only
 };
 // Prefill speed of a CUDA backend per prompt length (from an empty state), per-kernel times and
 // the prefill switches' matched ablations at the ablation lengths, memory after the longest.

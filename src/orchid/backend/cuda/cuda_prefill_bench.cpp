@@ -1,5 +1,6 @@
 // `orchid bench prefill` on the CUDA backend: tok/s per prompt length from an empty state, the
-// per-kernel time of the chunked path at the ablation lengths (GEMM kernels against the MMA peak),
+// per-kernel time of the chunked path at the ablation and profile lengths (GEMM kernels against
+// the MMA peak),
 // each prefill switch's matched ablation there (and the DeltaNet launch's time in each scan form),
 // and the device memory in use after the longest prompt (weights + KV + state + one chunk's
 // buffers).
@@ -189,6 +190,12 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
     if (!gdn_ms) return gdn_ms.error();
     a["gdn_ms"] = *gdn_ms;
     abl[std::to_string(n)] = a;
+  }
+  for (int64_t n : opts.profile_lengths) {
+    if (prof.contains(std::to_string(n))) continue;
+    auto p = prefill_profile(*be, n);
+    if (!p) return p.error();
+    prof[std::to_string(n)] = *p;
   }
   out["prefill_profile"] = prof;
   out["prefill_ablations_tok_s"] = abl;
