@@ -279,8 +279,13 @@ struct CudaBackend::Profiler {
     pool.resize(1024);
     for (cudaEvent_t& e : pool) cudaEventCreate(&e);
   }
+  // The pool grows past its first 1,024 events (a 128K-token prefill marks ~6,000 launches).
   void mark(const char* name, int64_t b) {
-    if (marks.size() == pool.size()) return;
+    if (marks.size() == pool.size()) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) return;
+      pool.push_back(e);
+    }
     cudaEvent_t e = pool[marks.size()];
     cudaEventRecord(e, s);
     marks.emplace_back(name, e);
