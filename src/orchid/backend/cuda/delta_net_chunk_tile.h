@@ -21,14 +21,16 @@ constexpr int kTokenBlocks = kChunk / 16;
 // ---- The scan block: one value head, kScanCols state columns, kScanWarps warps ----------------
 // Warp w takes column tile col_tile(w) (16 columns: the M of all its products, Sᵀ and V′ᵀ being
 // the A operands) and block blk(w): tokens 16 blk … 16 blk + 15 of V′ and O, and state rows
-// 32 blk … 32 blk + 31 of the update (so 4 blocks × 2 column tiles).
+// 32 blk … 32 blk + 31 of the update (so 4 blocks × 2 column tiles). Token block b's P·V′ term
+// takes b + 1 k-steps, so warps w and w + 4 (one scheduler, as warps are dealt out w % 4) take
+// blocks that add up to 3: blocks 0, 0, 1, 1, 3, 3, 2, 2.
 constexpr int kScanCols = 32;
 constexpr int kScanWarps = 8;
 ORCHID_HOST_DEVICE constexpr int col_tile(int warp) {
   return warp & 1;
 }
 ORCHID_HOST_DEVICE constexpr int blk(int warp) {
-  return warp >> 1;
+  return (warp >> 1) ^ (warp >> 2);
 }
 
 // ---- mma.sync m16n8k16 fragments (lane = 4 g + q)
