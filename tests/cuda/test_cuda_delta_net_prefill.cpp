@@ -17,8 +17,9 @@
 // The chunked form's tensor-core products are bf16x3 (operands split into bf16 hi + lo, 2^-18
 // relative; lo·lo dropped): ≤ ~1e-5 relative per product, a few 1e-6 typically, and a chunk of 64
 // tokens is one step of a recurrence that contracts as above, so the error does not grow with the
-// chunks (a host emulation of the kernels: ~1e-5 rel. L2 on o and S from 150 to 1,000 tokens) and
-// the same bounds hold. The two forms against each other: twice the bounds (each is within them
+// chunks (a host emulation of the kernels: ~1e-5 rel. L2 on o and S from 150 to 1,000 tokens;
+// tests/backend/test_delta_net_chunk_tile.cpp runs the scan block's partition on the CPU) and the
+// same bounds hold. The two forms against each other: twice the bounds (each is within them
 // of the reference).
 #include <cmath>
 #include <cstring>
@@ -272,8 +273,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   } while (0)
 
 // ---- Each chunk against the double reference: every output, the final state and ring. ----
-// T 63, 64, 65: one token short of, exactly and one past a chunk of the chunked form; 300: five
-// chunks, the last partial. pos0 37 starts from a non-zero state.
+// T 63, 64, 65: one token short of, exactly and one past a chunk of the chunked form; 150 and 300:
+// three and five chunks, the last partial. pos0 37 starts from a non-zero state.
 void expect_matches_reference(bool chunked) {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<Shape> shapes{kReal};
@@ -285,7 +286,7 @@ void expect_matches_reference(bool chunked) {
     for (int pos0 : {0, 2, 37}) {
       if (sh.dk == kReal.dk && pos0 == 2) continue;  // the odd shapes cover it, cheaper
       const History start = random_history(L, pos0, rng);
-      for (int T : {1, 3, 63, 64, 65, 300}) {
+      for (int T : {1, 3, 63, 64, 65, 150, 300}) {
         const std::string at = where(sh, pos0, T) + (chunked ? " chunked" : " sequential");
         const Chunk c = random_chunk(L, T, rng);
         DevChunk dc(L, c);
@@ -444,6 +445,33 @@ TEST(CudaDeltaNetPrefill, ChunkedSplitAtChunksEqualsOne) {
       EXPECT_TRUE(same_bits(two.o.host(), one.o.host())) << at << " o";
       EXPECT_TRUE(two.out.host() == one.out.host()) << at << " out";
       EXPECT_TRUE(same_bits(S2.host(), S.host())) << at << " S";
+    }
+  }
+}
+
+// ---- The chunked form over consecutive launches of odd lengths (150, 1, 65 tokens: partial chunks
+// at the end of each), the state and ring carried between them in memory, against the double
+// reference of the whole sequence. ----
+TEST(CudaDeltaNetPrefill, ChunkedLaunchesCarryTheState) {
+  ORCHID_REQUIRE_CHUNKED_FORM();
+  std::mt19937_64 rng(std::random_device{}());
+  for (Shape sh : {kReal, kOdd[0]}) {
+    const Layer L = random_layer(sh, rng);
+    const DevLayer w(L);
+    History h = random_history(L, 5, rng);
+    DevBuf<float> ring(ring_of(L, h)), S(state_of(h));
+    for (int T : {150, 1, 65}) {
+      const std::string at = where(sh, h.pos, T) + " chunked, after the launches before";
+      const Chunk c = random_chunk(L, T, rng);
+      DevChunk dc(L, c);
+      ChunkScratch scratch(L, T);
+      ASSERT_TRUE(
+          cuda::launch_gdn_prefill(params(L, w, dc, ring, S, h.pos, 0, T, &scratch), nullptr).ok())
+          << at;
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      const RefChunk r = reference(L, h, c);
+      EXPECT_DIFF(dc.o.host(), r.o, kScanBound, kScanElemBound, at << " o");
+      EXPECT_DIFF(S.host(), h.S, kScanBound, kScanElemBound, at << " S");
     }
   }
 }

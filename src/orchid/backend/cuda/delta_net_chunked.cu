@@ -4,6 +4,22 @@
 // does not depend on the incoming state; kernel_gdn_chunk_scan walks the chunks in order per
 // (value head, 32 state columns) with the state in registers: one dependent step per 64 tokens.
 //
+// The scan's speed is 64 × one chunk step at 4,096 tokens (real shape: 32 heads × 4 blocks = 128
+// blocks, one an SM). Session 7's step (4 warps a block; Nsight Compute at 1.8 GHz): 9,500 cycles,
+// 338 µs — one warp a scheduler issuing ~2,900 instructions a chunk, one every 3.3 cycles (IPC
+// 1.23 an SM). Its floors a chunk: L2 → shared memory 120 KB a block (W, q̂, k̂ 96 KB that the
+// head's 4 blocks each read, P 16, U 8; L2 at 45 % of peak, so ~4,200 cycles at 100 %); shared
+// memory ~430 KB (L1 at 33 % ↔ 128 B a cycle: ~3,400 cycles); 1,320 mma.sync an SM (~2,100 cycles
+// at ~6.5 cycles an mma a scheduler). Now 8 warps a block: the same bytes from L2 (less the 6 KB
+// of P never read) and the same mma an SM, but a warp issues half the mma and under half the
+// other instructions (each Sᵀ split once by its owner instead of twice by every warp, no partial
+// sums: a warp finishes its tokens' V′ over all dk), two warps a scheduler hide each other's
+// latency, two barriers a chunk instead of three; shared memory ~490 KB a chunk (the Sᵀ slots
+// add 64 KB of reads: ~3,800 cycles). Expected ~4,500-5,500 cycles a chunk, L2- and shared-
+// memory-bound together: 160-200 µs. 16 columns a block (256 blocks) would double the L2 reads
+// (each block reads whole tiles: ~8,400 cycles); reading each tile once a head (its 4 blocks as a
+// cluster with multicast bulk copies) is the next step past this one (not yet measured).
+//
 // A chunk's rows r < 64 are tokens t0 + r; rows past the end of the launch have β = 0, decay 1 and
 // q̂ = k̂ = v = 0, so they change nothing. With S₀ [dk, dv] the state before the chunk:
 //   Γ[r][s] = Π_{s<u≤r} decay_u (s ≤ r),   e^γ_r = Π_{u≤r} decay_u,   e^{γ₆₃−γ_r} = Γ[63][r]
@@ -18,22 +34,24 @@
 // Precision: every tensor-core product is bf16x3 (mma_bf16.cuh): each fp32 operand is split into
 // bf16 hi + lo (2⁻¹⁸ relative) and a·b ≈ hi·hi + hi·lo + lo·hi, accumulated in fp32: a product
 // within ~1e-5 relative (a few 1e-6 typically) against fp32's 6e-8, for three times the MMAs; o
-// and S end ~1e-5 rel. L2 from a double reference, an order inside the tests' 1e-4 (emulated on
-// the host; not yet measured on a GPU). bf16 halves rather than fp16 ones because the operands
-// span fp32's range (q̂ ~ 1e-2, decayed terms down to 1e-30): an fp16 lo is subnormal below ~2⁻³
-// and loses its bits without per-tile scaling. Rather than tf32x3 (22 bits) because tf32's
-// m16n8k8 runs at half the bf16 rate and the scan kernel is the serial part. The triangular solve
-// for U and W runs in fp32 on the CUDA cores.
+// and S end ~1e-5 rel. L2 from a double reference, an order inside the tests' 1e-4 (the scan block
+// emulated on the CPU, tests/backend/test_delta_net_chunk_tile.cpp: ~4e-6 from its tiles). bf16
+// halves rather than fp16 ones because the operands span fp32's range (q̂ ~ 1e-2, decayed terms down
+// to 1e-30): an fp16 lo is subnormal below ~2⁻³ and loses its bits without per-tile scaling. Rather
+// than tf32x3 (22 bits) because tf32's m16n8k8 runs at half the bf16 rate and the scan kernel is
+// the serial part. The triangular solve for U and W runs in fp32 on the CUDA cores.
 #include <algorithm>
 
+#include "orchid/backend/cuda/delta_net_chunk_tile.h"
 #include "orchid/backend/cuda/mma_bf16.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
 namespace orchid::cuda {
 namespace {
 
-constexpr int kChunk = 64;           // tokens per chunk (C of spec §6.7)
-constexpr int kHd = kMaxGdnHeadDim;  // 128: every tile is zero-padded to it
+using gdn_chunk::kChunk;  // 64 tokens a chunk
+using gdn_chunk::kHd;     // 128: every tile is zero-padded to it
+static_assert(kHd == kMaxGdnHeadDim);
 // bf16 per shared row: the width plus 16 bytes, so the 8 rows of an ldmatrix hit 8 distinct
 // 16-byte bank groups.
 constexpr int kRowH = kHd + 8;
@@ -255,241 +273,267 @@ __global__ void __launch_bounds__(kPrepThreads, 2)
 
 // ---- Per (value head, 32 state columns): the chunks in order ----------------------------------
 
-// 4 warps: warp (m, h) = (w & 1, w >> 1) holds Sᵀ for block columns 16 m … 16 m + 15 (the M of
-// its tiles) and dk rows 64 h … 64 h + 63 (8 n-tiles: 32 fp32 registers). Per chunk:
-//   (1) Sᵀ Wᵀ and Sᵀ Q̂ᵀ over its dk half ([16, 64 tokens] each), Sᵀ as A fragments straight from
-//       its accumulators; the two dk halves' Sᵀ Wᵀ are swapped through shared memory, so both
-//       warps of a column tile hold V′ᵀ = Uᵀ − Sᵀ Wᵀ;
-//   (2) Oᵀ = (Sᵀ Q̂ᵀ) diag(e^γ) + V′ᵀ Pᵀ: the P term (V′ᵀ as A fragments) for its half of the
-//       tokens, the other half's Sᵀ Q̂ᵀ partial handed to the warp that owns it;
-//   (3) Sᵀ ← e^{γ₆₃} Sᵀ + (V′ᵀ diag(e^{γ₆₃−γ})) K̂ over its dk half.
-// ~320 mma.sync a warp a chunk (three per bf16x3 product). The tiles (W and q̂ 68 KiB, P + U +
-// decays 28 KiB, k̂ 34 KiB; 154 KiB of shared memory with the exchange buffers) are
-// single-buffered: each is refilled for the next chunk by cp.async as soon as this chunk's last
-// read of it is behind a barrier, so its copy overlaps the phases that follow. 32 columns a block:
-// 128 blocks at the real shape (hv 32, dv 128), one an SM; the 4 blocks of a head read the same
-// tiles (from L2).
-constexpr int kChunkCols = 32;
-constexpr int kChunkWarps = 4;
-constexpr int kChunkThreads = 32 * kChunkWarps;
+// 8 warps (delta_net_chunk_tile.h): warp (m, b) = (col_tile, blk) holds Sᵀ for block columns
+// 16 m … 16 m + 15 and dk rows 32 b … 32 b + 31 (4 n-tiles: 16 fp32 registers). Per chunk:
+//   (1) for tokens 16 b … 16 b + 15 over all dk: Sᵀ Wᵀ and Sᵀ Q̂ᵀ, Sᵀ's A fragments read from the
+//       S slots its four owners wrote (split into bf16 hi / lo once, by the owner);
+//   (2) V′ᵀ = Uᵀ − Sᵀ Wᵀ for these tokens, as A fragments plain and scaled by e^{γ₆₃−γ} to the V′
+//       slots; Sᵀ Q̂ᵀ diag(e^γ), the start of Oᵀ;
+//   (3) Oᵀ += V′ᵀ Pᵀ over the token k-steps at or left of its own (P is zero right of the
+//       diagonal), O stored;
+//   (4) Sᵀ ← e^{γ₆₃} Sᵀ + (V′ᵀ diag(e^{γ₆₃−γ})) K̂ over its 32 dk rows, split to the S slots.
+// Two barriers a chunk, before (1) and before (3). The tiles are single-buffered in two copy
+// groups: W, q̂, U and the decays (read in (1)-(2)) refill for the next chunk from the second
+// barrier on, under (3)-(4); P and k̂ (read in (3)-(4)) from the first barrier on, under (1)-(2).
+// 161.5 KiB of shared memory: one block an SM (sm_80's 163 KiB a block still takes it).
+constexpr int kScanThreads = 32 * gdn_chunk::kScanWarps;
 
-struct ChunkScanSmem {
+struct ScanSmem {
   uint16_t w[2][kChunk][kRowH];   // W [plane][token][dim]
   uint16_t q[2][kChunk][kRowH];   // q̂
   uint16_t k[2][kChunk][kRowH];   // k̂
-  uint16_t pm[2][kChunk][kRowP];  // P [plane][r][s]
+  uint16_t pm[2][kChunk][kRowP];  // P [plane][r][s]; the 16 × 16 blocks right of the diagonal
+                                  // are never copied nor read
   // U of the block's columns (+4: the fragment reads hit 32 banks).
-  float u[kChunk][kChunkCols + 4];
-  // (e^γ_r, e^{γ₆₃−γ_r}) by chunk parity: (3) reads chunk c's while the copy for c + 1 lands.
-  float2 gate[2][kChunk];
-  float red_v[kChunkWarps][32][32];  // (1)'s Sᵀ Wᵀ partials [warp][register][lane]
-  float red_o[kChunkWarps][16][32];  // (2)'s partials for the other token half
+  float u[kChunk][gdn_chunk::kScanCols + 4];
+  float2 gate[kChunk];                   // (e^γ_r, e^{γ₆₃−γ_r})
+  uint4 s_frag[gdn_chunk::kSSlots][32];  // Sᵀ A fragments [s_slot][lane]
+  uint4 v_frag[gdn_chunk::kVSlots][32];  // V′ᵀ A fragments [v_slot][lane]
 };
 
-// A [2][64][128] bf16 tile into shared rows of kRowH: 2,048 16-byte copies.
+// The copies: thread t moves one 16-byte column of a tile's rows t / n … every kScanThreads / n
+// rows (n: 16-byte columns a row), so its addresses are one base per tile plus constants.
+// A [2][64][128] bf16 tile into shared rows of kRowH: 8 copies a thread.
 __device__ __forceinline__ void copy_tile128(uint16_t (&dst)[2][kChunk][kRowH],
                                              const uint16_t* src) {
-  for (int e = threadIdx.x; e < 2 * kChunk * kHd / 8; e += kChunkThreads) {
-    const int plane = e / (kChunk * kHd / 8), r = e / (kHd / 8) % kChunk, ch = e % (kHd / 8);
-    cp_async16(&dst[plane][r][8 * ch], src + size_t(e) * 8);
-  }
+  constexpr int kCh = kHd / 8, kStep = kScanThreads / kCh;
+  const int r0 = threadIdx.x / kCh, ch = threadIdx.x % kCh;
+#pragma unroll
+  for (int plane = 0; plane < 2; ++plane)
+#pragma unroll
+    for (int i = 0; i < kChunk / kStep; ++i) {
+      const int r = r0 + i * kStep;
+      cp_async16(&dst[plane][r][8 * ch], src + (plane * kChunk + r) * kHd + 8 * ch);
+    }
 }
-// Chunk tiles vt (value head) and kt (key head): W and q̂ (group 1), P, U and the decays (group
-// 2), k̂ (group 3).
-__device__ __forceinline__ void load_w_q(ChunkScanSmem& sm, const ChunkTiles& tl, size_t vt,
-                                         size_t kt) {
+// Chunk tiles vt (value head) and kt (key head) that (1)-(2) read: W, q̂, the block's U columns
+// from c0 and the decays.
+__device__ __forceinline__ void load_w_q_u(ScanSmem& sm, const ChunkTiles& tl, size_t vt, size_t kt,
+                                           int c0) {
   copy_tile128(sm.w, tl.w + vt * kWTile);
   copy_tile128(sm.q, tl.qk + kt * kQkTile);
-}
-__device__ __forceinline__ void load_p_u_gate(ChunkScanSmem& sm, const ChunkTiles& tl, size_t vt,
-                                              int c0, int parity) {
-  const uint16_t* pm = tl.pm + vt * kPTile;
-  for (int e = threadIdx.x; e < 2 * kChunk * kChunk / 8; e += kChunkThreads) {
-    const int plane = e / (kChunk * kChunk / 8), r = e / (kChunk / 8) % kChunk;
-    cp_async16(&sm.pm[plane][r][8 * (e % (kChunk / 8))], pm + size_t(e) * 8);
-  }
+  constexpr int kCh = gdn_chunk::kScanCols / 4, kStep = kScanThreads / kCh;
+  const int r0 = threadIdx.x / kCh, ch = threadIdx.x % kCh;
   const float* u = tl.u + vt * kUTile + c0;
-  for (int e = threadIdx.x; e < kChunk * kChunkCols / 4; e += kChunkThreads) {
-    const int r = e / (kChunkCols / 4), ch = e % (kChunkCols / 4);
-    cp_async16(&sm.u[r][4 * ch], u + size_t(r) * kHd + 4 * ch);
+#pragma unroll
+  for (int i = 0; i < kChunk / kStep; ++i) {
+    const int r = r0 + i * kStep;
+    cp_async16(&sm.u[r][4 * ch], u + r * kHd + 4 * ch);
   }
   if (threadIdx.x < kChunk / 2)
-    cp_async16(&sm.gate[parity][2 * threadIdx.x], tl.gate + vt * kGateTile + 2 * threadIdx.x);
+    cp_async16(&sm.gate[2 * threadIdx.x], tl.gate + vt * kGateTile + 2 * threadIdx.x);
 }
-__device__ __forceinline__ void load_k(ChunkScanSmem& sm, const ChunkTiles& tl, size_t kt) {
+// Those that (3)-(4) read: P (only 16-column blocks at or left of the diagonal: 10 of 16) and k̂.
+__device__ __forceinline__ void load_p_k(ScanSmem& sm, const ChunkTiles& tl, size_t vt, size_t kt) {
+  constexpr int kCh = kChunk / 8, kStep = kScanThreads / kCh;
+  const int r0 = threadIdx.x / kCh, ch = threadIdx.x % kCh;
+  const uint16_t* pm = tl.pm + vt * kPTile;
+#pragma unroll
+  for (int plane = 0; plane < 2; ++plane)
+#pragma unroll
+    for (int i = 0; i < kChunk / kStep; ++i) {
+      const int r = r0 + i * kStep;
+      if (ch / 2 <= r / 16)
+        cp_async16(&sm.pm[plane][r][8 * ch], pm + (plane * kChunk + r) * kChunk + 8 * ch);
+    }
   copy_tile128(sm.k, tl.qk + kt * kQkTile + 2 * kChunk * kHd);
 }
 
-// acc = Sᵀ · rowsᵀ over dk half h: [16 columns, 64 tokens], rows a [plane][token][dim] tile.
-__device__ __forceinline__ void s_times_rows(const float (&st)[8][4],
-                                             const uint16_t (&rows)[2][kChunk][kRowH], int h,
-                                             int lane, float (&acc)[8][4]) {
+// d[0], d[1] += a · b for the two n-tiles of an ldmatrix.x4 B fragment (registers 0, 1 and 2, 3):
+// one pass of a bf16x3 product. The scan calls the passes lo·hi, hi·lo, hi·hi (mma_bf16x3's
+// order) over two or more such pairs in turn, so that no mma waits on the one just issued.
+__device__ __forceinline__ void mma_n16(float (&d)[2][4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[4]) {
+  mma_bf16(d[0], a, b[0], b[1]);
+  mma_bf16(d[1], a, b[2], b[3]);
+}
+
+__device__ __forceinline__ void unpack(const uint4& v, uint32_t (&r)[4]) {
+  r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+}
+
+// Sᵀ rows 32 b … 32 b + 31 of column tile m as the A fragments of dk k-steps 2 b and 2 b + 1.
+__device__ __forceinline__ void put_s_frags(ScanSmem& sm, const float (&st)[2][2][4], int m, int b,
+                                            int lane) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    uint32_t ah[4], al[4];
-    split_frag(st[2 * kk], st[2 * kk + 1], ah, al);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      const int br = 16 * np + (lane & 7) + (lane >> 4) * 8;
-      const int bc = 64 * h + 16 * kk + ((lane >> 3) & 1) * 8;
-      uint32_t bh[4], bl[4];
-      ldmatrix_x4(bh, &rows[0][br][bc]);
-      ldmatrix_x4(bl, &rows[1][br][bc]);
-      mma_bf16x3(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-      mma_bf16x3(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-    }
+  for (int np = 0; np < 2; ++np) {
+    uint32_t hi[4], lo[4];
+    split_frag(st[np][0], st[np][1], hi, lo);
+    sm.s_frag[gdn_chunk::s_slot(m, 2 * b + np, 0)][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    sm.s_frag[gdn_chunk::s_slot(m, 2 * b + np, 1)][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
 }
 
-__global__ void __launch_bounds__(kChunkThreads, 1)
+__global__ void __launch_bounds__(kScanThreads, 1)
     kernel_gdn_chunk_scan(const __grid_constant__ GdnPrefillParams p,
                           const __grid_constant__ ChunkTiles tl) {
+  using namespace gdn_chunk;
   extern __shared__ uint4 chunk_smem[];
-  ChunkScanSmem& sm = *reinterpret_cast<ChunkScanSmem*>(chunk_smem);
-  const int j = blockIdx.y, c0 = blockIdx.x * kChunkCols, kh = j / (p.hv / p.hk);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, m = warp & 1, h = warp >> 1;
-  const int gq = lane >> 2, qc = 2 * (lane & 3), partner = warp ^ 2;  // partner: the other h
+  ScanSmem& sm = *reinterpret_cast<ScanSmem*>(chunk_smem);
+  const int j = blockIdx.y, c0 = blockIdx.x * kScanCols, kh = j / (p.hv / p.hk);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, m = col_tile(warp), b = blk(warp);
   const int dk = p.dk, dv = p.dv, n = tl.n_chunks, out_dim = p.hv * dv;
   const size_t vt0 = size_t(j) * n, kt0 = size_t(kh) * n;
 
-  // Commit groups in flight at the top of chunk c: 1 (W, q̂) and 2 (P, U, decays) of c, then 3
-  // (k̂) of c; each phase's wait leaves exactly the groups issued after its tiles pending.
-  load_w_q(sm, tl, vt0, kt0);
-  cp_async_commit();
-  load_p_u_gate(sm, tl, vt0, c0, 0);
-  cp_async_commit();
-  load_k(sm, tl, kt0);
+  load_w_q_u(sm, tl, vt0, kt0, c0);
   cp_async_commit();
 
-  // Sᵀ fragments: st[nt][e] is column 16 m + gq + 8 (e >> 1), dk row 64 h + 8 nt + qc + (e & 1).
-  float st[8][4];
+  // Sᵀ: st[np][i][e] is column 16 m + acc_row(lane, e), dk row 32 b + 16 np + 8 i + acc_col.
+  float st[2][2][4];
   float* S = p.S + size_t(j) * dk * dv + c0;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
+  for (int np = 0; np < 2; ++np)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 64 * h + 8 * nt + qc + (e & 1), col = 16 * m + gq + 8 * (e >> 1);
-      st[nt][e] = i < dk && c0 + col < dv ? S[size_t(i) * dv + col] : 0.f;
-    }
-
-  for (int c = 0; c < n; ++c) {
-    const float2* gate = sm.gate[c & 1];
-    cp_async_wait<1>();  // groups 1 and 2 of chunk c
-    __syncthreads();
-
-    // (1) Sᵀ Wᵀ over this warp's dk half → red_v, then Sᵀ Q̂ᵀ → ob while the partner's lands (one
-    // [16, 64] accumulator live at a time). B (k = dims, n = tokens) is W's and q̂'s rows as
-    // stored.
-    float vn[8][4], ob[8][4];
-    s_times_rows(st, sm.w, h, lane, vn);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sm.red_v[warp][4 * nt + e][lane] = vn[nt][e];
-    s_times_rows(st, sm.q, h, lane, ob);
-    __syncthreads();  // partials visible; W and q̂ of chunk c read by every warp
-    if (c + 1 < n) load_w_q(sm, tl, vt0 + c + 1, kt0 + c + 1);
-    cp_async_commit();
-    // V′ᵀ: both warps of a column tile add the same two partials (a + b = b + a bit for bit), so
-    // they hold the same V′.
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = 8 * nt + qc + (e & 1), col = 16 * m + gq + 8 * (e >> 1);
-        vn[nt][e] =
-            sm.u[r][col] - (sm.red_v[warp][4 * nt + e][lane] + sm.red_v[partner][4 * nt + e][lane]);
+        const int row = 32 * b + 16 * np + 8 * i + acc_col(lane, e),
+                  col = 16 * m + acc_row(lane, e);
+        st[np][i][e] = row < dk && c0 + col < dv ? S[size_t(row) * dv + col] : 0.f;
       }
-    }
+  put_s_frags(sm, st, m, b, lane);
 
-    // (2) Oᵀ: the decay of S₀ to each token, then V′ᵀ Pᵀ for tokens 32 h … 32 h + 31 (P's rows r,
-    // B = P's rows as stored), only k-steps at or left of the diagonal.
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ob[nt][e] *= gate[8 * nt + qc + (e & 1)].x;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if (kk > 2 * h + 1) break;  // uniform
-      uint32_t ah[4], al[4];
-      split_frag(vn[2 * kk], vn[2 * kk + 1], ah, al);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (np / 2 != h || kk > np) continue;
-        const int br = 16 * np + (lane & 7) + (lane >> 4) * 8;
-        const int bc = 16 * kk + ((lane >> 3) & 1) * 8;
-        uint32_t bh[4], bl[4];
-        ldmatrix_x4(bh, &sm.pm[0][br][bc]);
-        ldmatrix_x4(bl, &sm.pm[1][br][bc]);
-        mma_bf16x3(ob[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-        mma_bf16x3(ob[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-      if (nt / 4 != h)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sm.red_o[warp][4 * (nt % 4) + e][lane] = ob[nt][e];
-    cp_async_wait<1>();  // group 3 (k̂) of chunk c
-    __syncthreads();     // partials and k̂ visible; P, U and the decays of chunk c read
-    if (c + 1 < n) load_p_u_gate(sm, tl, vt0 + c + 1, c0, (c + 1) & 1);
+  for (int c = 0; c < n; ++c) {
+    cp_async_wait<0>();  // W, q̂, U and the decays of chunk c
+    __syncthreads();     // … visible, and the S slots; P and k̂ of chunk c − 1 read
+    load_p_k(sm, tl, vt0 + c, kt0 + c);
     cp_async_commit();
-    const int t0 = c * kChunk;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-      if (nt / 4 == h)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 8 * nt + qc + (e & 1), col = 16 * m + gq + 8 * (e >> 1);
-          const float o = ob[nt][e] + sm.red_o[partner][4 * (nt % 4) + e][lane];
-          if (t0 + r < p.T && c0 + col < dv)
-            p.o[size_t(t0 + r) * out_dim + size_t(j) * dv + c0 + col] = o;
-        }
 
-    // (3) Sᵀ ← e^{γ₆₃} Sᵀ + (V′ᵀ diag(e^{γ₆₃−γ})) K̂; B (k = tokens, n = dims) is k̂'s rows
-    // transposed by ldmatrix.
-    const float e_last = gate[kChunk - 1].x;
+    // (1) [16 columns, tokens 16 b …] over the dk k-steps; B (k = dims, n = tokens) is W's and
+    // q̂'s rows as stored. The passes alternate between the two products, and even and odd
+    // k-steps sum apart: eight independent accumulators, dependent chains of 12 mma, not 24.
+    float vw2[2][2][4] = {}, oq2[2][2][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int kk = 0; kk < kHd / 16; ++kk) {
+      if (16 * kk >= dk) break;  // uniform: the rows past dk are zero
+      uint32_t ah[4], al[4], wh[4], wl[4], qh[4], ql[4];
+      unpack(sm.s_frag[s_slot(m, kk, 0)][lane], ah);
+      unpack(sm.s_frag[s_slot(m, kk, 1)][lane], al);
+      const int br = 16 * b + ldm_b_row(lane), bc = 16 * kk + ldm_b_col(lane);
+      ldmatrix_x4(wh, &sm.w[0][br][bc]);
+      ldmatrix_x4(wl, &sm.w[1][br][bc]);
+      ldmatrix_x4(qh, &sm.q[0][br][bc]);
+      ldmatrix_x4(ql, &sm.q[1][br][bc]);
+      auto& vw = vw2[kk & 1];
+      auto& oq = oq2[kk & 1];
+      mma_n16(vw, al, wh);
+      mma_n16(oq, al, qh);
+      mma_n16(vw, ah, wl);
+      mma_n16(oq, ah, ql);
+      mma_n16(vw, ah, wh);
+      mma_n16(oq, ah, qh);
+    }
+    float vw[2][4], oq[2][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) st[nt][e] *= e_last;
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+      for (int e = 0; e < 4; ++e) {
+        vw[i][e] = vw2[0][i][e] + vw2[1][i][e];
+        oq[i][e] = oq2[0][i][e] + oq2[1][i][e];
+      }
+
+    // (2) V′ᵀ (in vw) and V′ᵀ diag(e^{γ₆₃−γ}) of these tokens to the V′ slots; the decay of S₀ to
+    // each token on Sᵀ Q̂ᵀ.
+    {
       float sc[2][4];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          sc[i][e] = vn[2 * kk + i][e] * gate[16 * kk + 8 * i + qc + (e & 1)].y;
-      uint32_t ah[4], al[4];
-      split_frag(sc[0], sc[1], ah, al);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        const int br = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
-        const int bc = 64 * h + 16 * np + (lane >> 4) * 8;
-        uint32_t bh[4], bl[4];
-        ldmatrix_x4_trans(bh, &sm.k[0][br][bc]);
-        ldmatrix_x4_trans(bl, &sm.k[1][br][bc]);
-        mma_bf16x3(st[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-        mma_bf16x3(st[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int r = 16 * b + 8 * i + acc_col(lane, e);
+          const float2 g = sm.gate[r];
+          vw[i][e] = sm.u[r][16 * m + acc_row(lane, e)] - vw[i][e];
+          sc[i][e] = vw[i][e] * g.y;
+          oq[i][e] *= g.x;
+        }
+      uint32_t hi[4], lo[4];
+      split_frag(vw[0], vw[1], hi, lo);
+      sm.v_frag[v_slot(m, b, 0)][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      sm.v_frag[v_slot(m, b, 1)][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      split_frag(sc[0], sc[1], hi, lo);
+      sm.v_frag[v_slot(m, b, 2)][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      sm.v_frag[v_slot(m, b, 3)][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
-    __syncthreads();  // k̂ of chunk c read by every warp
-    if (c + 1 < n) load_k(sm, tl, kt0 + c + 1);
+    const float e_last = sm.gate[kChunk - 1].x;
+    cp_async_wait<0>();  // P and k̂ of chunk c
+    __syncthreads();  // … visible, and the V′ slots; W, q̂, U and the decays of chunk c read
+    if (c + 1 < n) load_w_q_u(sm, tl, vt0 + c + 1, kt0 + c + 1, c0);
     cp_async_commit();
+
+    // (3) Oᵀ += V′ᵀ Pᵀ over token k-steps kb ≤ b; B (k = s, n = r) is P's rows as stored.
+#pragma unroll
+    for (int kb = 0; kb < kTokenBlocks; ++kb) {
+      if (kb > b) break;  // uniform
+      uint32_t ah[4], al[4], ph[4], pl[4];
+      unpack(sm.v_frag[v_slot(m, kb, 0)][lane], ah);
+      unpack(sm.v_frag[v_slot(m, kb, 1)][lane], al);
+      const int br = 16 * b + ldm_b_row(lane), bc = 16 * kb + ldm_b_col(lane);
+      ldmatrix_x4(ph, &sm.pm[0][br][bc]);
+      ldmatrix_x4(pl, &sm.pm[1][br][bc]);
+      mma_n16(oq, al, ph);
+      mma_n16(oq, ah, pl);
+      mma_n16(oq, ah, ph);
+    }
+
+    // (4) Sᵀ ← e^{γ₆₃} Sᵀ + (V′ᵀ diag(e^{γ₆₃−γ})) K̂ over dk rows 32 b …; B (k = tokens, n = dims)
+    // is k̂'s rows transposed by ldmatrix.
+#pragma unroll
+    for (int np = 0; np < 2; ++np)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[np][i][e] *= e_last;
+#pragma unroll
+    for (int kb = 0; kb < kTokenBlocks; ++kb) {
+      uint32_t ah[4], al[4], bkh[2][4], bkl[2][4];
+      unpack(sm.v_frag[v_slot(m, kb, 2)][lane], ah);
+      unpack(sm.v_frag[v_slot(m, kb, 3)][lane], al);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        const int br = 16 * kb + ldm_bt_row(lane), bc = 32 * b + 16 * np + ldm_bt_col(lane);
+        ldmatrix_x4_trans(bkh[np], &sm.k[0][br][bc]);
+        ldmatrix_x4_trans(bkl[np], &sm.k[1][br][bc]);
+      }
+      mma_n16(st[0], al, bkh[0]);
+      mma_n16(st[1], al, bkh[1]);
+      mma_n16(st[0], ah, bkl[0]);
+      mma_n16(st[1], ah, bkl[1]);
+      mma_n16(st[0], ah, bkh[0]);
+      mma_n16(st[1], ah, bkh[1]);
+    }
+    // O after (4): the warp issues (4) while the chain of (3) drains.
+    const int t0 = c * kChunk;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * b + 8 * i + acc_col(lane, e), col = 16 * m + acc_row(lane, e);
+        if (t0 + r < p.T && c0 + col < dv)
+          p.o[size_t(t0 + r) * out_dim + size_t(j) * dv + c0 + col] = oq[i][e];
+      }
+    put_s_frags(sm, st, m, b, lane);
   }
 
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
+  for (int np = 0; np < 2; ++np)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 64 * h + 8 * nt + qc + (e & 1), col = 16 * m + gq + 8 * (e >> 1);
-      if (i < dk && c0 + col < dv) S[size_t(i) * dv + col] = st[nt][e];
-    }
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 32 * b + 16 * np + 8 * i + acc_col(lane, e),
+                  col = 16 * m + acc_row(lane, e);
+        if (row < dk && c0 + col < dv) S[size_t(row) * dv + col] = st[np][i][e];
+      }
 }
 
 }  // namespace
@@ -502,7 +546,7 @@ size_t gdn_chunked_scratch_bytes(int T, int hk, int hv) {
 
 namespace {
 
-constexpr size_t kChunkedSmem = std::max(sizeof(PrepSmem), sizeof(ChunkScanSmem));
+constexpr size_t kChunkedSmem = std::max(sizeof(PrepSmem), sizeof(ScanSmem));
 
 // The current device's opt-in shared memory a block (0 when it cannot be read).
 int smem_optin() {
@@ -537,11 +581,11 @@ Status launch_gdn_scan_chunked(const GdnPrefillParams& p, cudaStream_t s) {
   if (Status st = last_launch("delta net chunk prep"); !st.ok()) return st;
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel_gdn_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(sizeof(ChunkScanSmem)));
+                               int(sizeof(ScanSmem)));
       e != cudaSuccess)
     return err("delta net chunked scan: ", cudaGetErrorString(e));
-  const dim3 grid((p.dv + kChunkCols - 1) / kChunkCols, p.hv);
-  kernel_gdn_chunk_scan<<<grid, kChunkThreads, sizeof(ChunkScanSmem), s>>>(p, tl);
+  const dim3 grid((p.dv + gdn_chunk::kScanCols - 1) / gdn_chunk::kScanCols, p.hv);
+  kernel_gdn_chunk_scan<<<grid, kScanThreads, sizeof(ScanSmem), s>>>(p, tl);
   return last_launch("delta net chunked scan");
 }
 

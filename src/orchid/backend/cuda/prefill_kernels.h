@@ -195,7 +195,7 @@ struct GdnPrefillParams {
 // (q̂, k̂ split into bf16 hi + lo) and 80.5 KiB per value head (W, P, U, decays): 225 MiB at the real
 // shape (hk 16, hv 32) and T = 4,096.
 size_t gdn_chunked_scratch_bytes(int T, int hk, int hv);
-// Whether the current device gives a block the chunked form's shared memory (154 KiB: sm_80 and
+// Whether the current device gives a block the chunked form's shared memory (161.5 KiB: sm_80 and
 // sm_90 do, sm_86 / sm_89 with ~100 KiB do not).
 bool gdn_chunked_supported();
 // Conv + SiLU over the chunk (the ring supplies the taps before pos0, then takes the chunk's last
