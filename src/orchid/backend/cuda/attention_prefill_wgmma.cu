@@ -99,10 +99,6 @@ __device__ __forceinline__ void produce(const AttnPrefillParams& p, const CtaRow
   cp_async_wait_all();
 }
 
-// Named barriers 1 and 2 order each consumer's Q stores before its products; 3 and 4 are the
-// consumers' issue turns in the pingpong schedule.
-constexpr int kTurnBarrier = 3;
-
 // Consumer warpgroup w (0, 1; thread ct of it) over the CTA's rows [64w, 64w + 64).
 template <class L, AttnSchedule kSchedule>
 __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRows& cta, char* smem,
@@ -121,8 +117,8 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
     *reinterpret_cast<uint2*>(q + L::elem(64, r, d)) =
         make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
   }
-  fence_proxy_async();  // the tensor cores read what these ordinary stores wrote
-  named_barrier_sync(1 + w, 128);
+  fence_proxy_async();             // the tensor cores read what these ordinary stores wrote
+  named_barrier_sync(1 + w, 128);  // named barriers 1 and 2; 3 and 4 are the pingpong's turns
   const uint64_t qd = wgmma_desc_k(base + L::q_tile(w));
 
   // This thread's two rows (fragment registers e < 2 and e ≥ 2, wgmma_layout.h) and the first row
@@ -246,6 +242,7 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
     // each consumer makes in rounds before the one it waits in, so holding the turn never
     // blocks them (perf-notes, "Session 8"). The first and last rounds are peeled: with the
     // products issued and waited for under branches, ptxas serialises every wgmma (C7518).
+    constexpr int kTurnBarrier = 3;  // consumer w's turn: named barrier 3 + w
     auto take_turn = [&] { named_barrier_sync(kTurnBarrier + w, 256); };
     auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + 1 - w, 256); };
     // The last product reading pf and adding to O (P_j · V_j) is done: V_j's stage is free.
