@@ -3,6 +3,7 @@
 // kernel), flash attention on tensor cores (mma.sync, and wgmma on Hopper wherever it applies)
 // and the naive ablation, one chunk against two.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -25,20 +26,44 @@ constexpr Shape kReal{16, 2, 256, 64};
 constexpr int kSpareRows = 16;  // cache rows past the chunk, left NaN
 constexpr uint16_t kNaN16 = 0xffff;
 
-// The two flash kernels: mma.sync (every head dim, sm_80 on) and wgmma (Hopper, hd 64 / 128 /
-// 256). Both round q and P to bf16, so they share the reference's bounds.
-enum class Flash { mma, wgmma };
+// The flash kernels: mma.sync (every head dim, sm_80 on) and wgmma (Hopper, hd 64 / 128 / 256)
+// with its consumer warpgroups independent or in pingpong. All round q and P to bf16, so they
+// share the reference's bounds.
+enum class Flash { mma, wgmma, wgmma_pingpong };
 const char* flash_name(Flash f) {
-  return f == Flash::mma ? "flash (mma.sync)" : "flash (wgmma)";
+  return f == Flash::mma     ? "flash (mma.sync)"
+         : f == Flash::wgmma ? "flash (wgmma, independent)"
+                             : "flash (wgmma, pingpong)";
+}
+// A kernel that never finishes (a barrier protocol that deadlocks) would hold the GPU until the
+// machine's limit: past 30 s, far beyond any case here (milliseconds), the test binary exits with
+// a message instead.
+void finish_or_exit(const char* what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (cudaStreamQuery(nullptr) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "%s did not finish in 30 s: hung; exiting\n", what);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 Status launch_flash(Flash f, const cuda::AttnPrefillParams& p) {
-  return f == Flash::mma ? cuda::launch_attention_prefill(p, nullptr)
-                         : cuda::launch_attention_prefill_wgmma(p, nullptr);
+  if (f == Flash::mma) return cuda::launch_attention_prefill(p, nullptr);
+  const Status st = cuda::launch_attention_prefill_wgmma(
+      p, nullptr,
+      f == Flash::wgmma ? cuda::AttnSchedule::independent : cuda::AttnSchedule::pingpong);
+  if (st.ok()) finish_or_exit(flash_name(f));
+  return st;
 }
 // The flash kernels that apply to head dim hd on this device.
 std::vector<Flash> flash_kernels(int hd) {
   std::vector<Flash> f{Flash::mma};
-  if (cuda::attention_prefill_wgmma_supported(hd)) f.push_back(Flash::wgmma);
+  if (cuda::attention_prefill_wgmma_supported(hd)) {
+    f.push_back(Flash::wgmma);
+    f.push_back(Flash::wgmma_pingpong);
+  }
   return f;
 }
 
@@ -308,7 +333,9 @@ struct Case {
 // kernel per KV head, up to 16 K/V tiles through its stages; and a long context, 130 tokens after
 // 8,000 earlier keys: 128 tiles, the stages' barriers through 64 phases), a group of 3 at hd 128,
 // no grouping at hd 64, a group of 8 on one KV head, a group of 6 at hd 256, the golden fixtures'
-// hd 32 and 48 (mma.sync only). Both flash kernels round q and P to bf16: the same bounds.
+// hd 32 and 48 (mma.sync only). The flash kernels round q and P to bf16: the same bounds. The
+// wgmma kernel's pingpong schedule meets every case's tile count: one tile (its consumers' turn
+// barriers through 2 rounds), 2, 4, 16 and 128.
 TEST(CudaAttentionPrefill, MatchesReference) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
@@ -438,7 +465,7 @@ TEST(CudaAttentionPrefill, NormMatchesDecodeKernelBits) {
 }
 
 // A prompt prefilled as one chunk or as two (T1 tokens, then T − T1 at pos0 = T1 over the first
-// chunk's cache rows) gives the same bits, with either flash kernel: the norm is per token, and a
+// chunk's cache rows) gives the same bits, with each flash kernel: the norm is per token, and a
 // query row's flash result depends only on its own keys, visited in the same 0-aligned tiles
 // (tiles past a row's last key leave it exactly unchanged: P = 0, correction 1), whichever row
 // block, warp or warpgroup the row falls in.
@@ -480,6 +507,47 @@ TEST(CudaAttentionPrefill, TwoChunksEqualOne) {
           std::none_of(o1.begin(), o1.end(), [](uint16_t h) { return std::isnan(f16_to_f32(h)); }))
           << what << ": NaN in the output";
     }
+  }
+}
+
+// The wgmma kernel's two schedules do the same arithmetic in the same order per element (only
+// when each consumer issues and waits differs), so they write the same bits, output and remainder,
+// run after run: a missing fence or an operand read before its product landed would show here as
+// a difference, or as one between two pingpong runs. Tile counts 1 to 128, every head dim.
+TEST(CudaAttentionPrefill, PingpongMatchesIndependentBits) {
+  ORCHID_REQUIRE_GPU();
+  if (!cuda::attention_prefill_wgmma_supported(256)) GTEST_SKIP() << "no sm_90a device";
+  std::mt19937_64 rng(std::random_device{}());
+  const Case cases[] = {{kReal, 1, 0},
+                        {kReal, 64, 0},
+                        {kReal, 65, 300},
+                        {kReal, 1000, 0},
+                        {kReal, 130, 8000},
+                        {{6, 2, 128, 32}, 200, 71},
+                        {{8, 1, 128, 64}, 65, 0},
+                        {{4, 4, 64, 64}, 200, 1000}};
+  for (const Case& cs : cases) {
+    const Chunk c = make_chunk(cs.sh, cs.pos0, cs.T, rng);
+    DevChunk d(c);
+    ASSERT_TRUE(cuda::launch_qk_norm_rope_kv_prefill(d.p, nullptr).ok());
+    DevBuf<uint16_t> lo(d.out.size());
+    cuda::AttnPrefillParams p = d.p;
+    p.out_lo = lo.get();
+    std::vector<uint16_t> out[3], rem[3];
+    const Flash runs[3] = {Flash::wgmma, Flash::wgmma_pingpong, Flash::wgmma_pingpong};
+    for (int i = 0; i < 3; ++i) {
+      ORCHID_CUDA_OK(cudaMemset(d.out.get(), 0xff, d.out.bytes()));
+      ORCHID_CUDA_OK(cudaMemset(lo.get(), 0xff, lo.bytes()));
+      const Status st = launch_flash(runs[i], p);
+      ASSERT_TRUE(st.ok()) << flash_name(runs[i]) << ": " << st.message();
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      out[i] = d.out.host(), rem[i] = lo.host();
+    }
+    EXPECT_TRUE(out[1] == out[0] && rem[1] == rem[0]) << c.name() << ": pingpong vs independent";
+    EXPECT_TRUE(out[2] == out[1] && rem[2] == rem[1]) << c.name() << ": pingpong, run to run";
+    EXPECT_TRUE(std::none_of(out[1].begin(), out[1].end(),
+                             [](uint16_t h) { return std::isnan(f16_to_f32(h)); }))
+        << c.name() << ": NaN in the output";
   }
 }
 

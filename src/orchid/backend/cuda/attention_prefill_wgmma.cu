@@ -30,9 +30,15 @@ namespace {
 //   arithmetic; P goes to bf16 straight from S's registers (the accumulator layout is the A
 //   layout: wgmma_acc_for_a) and is the register A operand of O += P·V, 4 wgmma m64n256k16 that
 //   read V MN-major (the cache rows as stored: keys × dims). O (64 × 256 fp32) is 128 registers.
-// - Per tile j a consumer issues O += P_j·V_j and S_{j+1} = Q·K_{j+1}ᵀ back to back and waits
-//   once; the softmax of tile j + 1 then runs on the CUDA cores while the other consumer's
-//   products keep the tensor cores busy.
+// - Per tile j a consumer issues O += P_j·V_j and S_{j+1} = Q·K_{j+1}ᵀ back to back. Two
+//   schedules (AttnSchedule):
+//   independent: it waits for both, then runs the softmax of tile j + 1; nothing keeps the two
+//     consumers apart, and once they fall into step (both wait on the same tiles) the tensor
+//     cores idle through their softmaxes together.
+//   pingpong: S_{j+1} first, then P_j·V_j; it waits for S alone and runs the softmax while its
+//     P_j·V_j is still on the tensor cores (O's rescaling and the new P wait for it), and two
+//     named barriers hand the issue turn back and forth (consume), so that the other consumer's
+//     products are queued behind its own: each softmax runs under a product.
 // - Registers: the launch bound caps 384 threads at 168 a thread; setmaxnreg moves them between
 //   the warpgroups, the producer keeping 40 and the consumers taking 232 (40 · 128 + 232 · 256 =
 //   64,512 of the SM's 65,536).
@@ -94,7 +100,7 @@ __device__ __forceinline__ void produce(const AttnPrefillParams& p, const CtaRow
 }
 
 // Consumer warpgroup w (0, 1; thread ct of it) over the CTA's rows [64w, 64w + 64).
-template <class L>
+template <class L, AttnSchedule kSchedule>
 __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRows& cta, char* smem,
                                         uint32_t base, uint32_t bars, int w, int ct) {
   constexpr int HD = L::kHd, S = L::kStages, BN = L::kKeys;
@@ -111,8 +117,8 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
     *reinterpret_cast<uint2*>(q + L::elem(64, r, d)) =
         make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
   }
-  fence_proxy_async();  // the tensor cores read what these ordinary stores wrote
-  named_barrier_sync(1 + w, 128);
+  fence_proxy_async();             // the tensor cores read what these ordinary stores wrote
+  named_barrier_sync(1 + w, 128);  // named barriers 1 and 2; 3 and 4 are the pingpong's turns
   const uint64_t qd = wgmma_desc_k(base + L::q_tile(w));
 
   // This thread's two rows (fragment registers e < 2 and e ≥ 2, wgmma_layout.h) and the first row
@@ -140,12 +146,27 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
       wgmma_m64n64k16_bf16(s, qd + (L::q_step(kk) >> 4), kd + (L::k_step(kk) >> 4), kk > 0);
     wgmma_commit();
   };
-  // The warp's last read of a stage's K or V is behind it: one arrival per warp.
-  auto release = [&](uint32_t bar) {
-    if (lane == 0) mbar_arrive(bar);
+  // O += P · V(stage), committed as one group.
+  auto issue_pv = [&](int stage) {
+    const uint64_t vd = wgmma_desc_mn(base + L::v_tile(stage), L::kVLbo);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_mn_bf16<HD>(o, pf[kk], vd + (L::v_step(kk) >> 4));
+    wgmma_commit();
   };
-  // Tile j's causal mask, online softmax and P; O rescaled by the change of the running max.
-  auto softmax = [&](int j) {
+  // Waits until tile j's K (kind 0) or V (kind 1) has landed in its stage, and orders the copies
+  // the barrier made visible before the tensor cores read them.
+  auto wait_full = [&](int kind, int j) {
+    mbar_wait(stage_bar<L>(bars, kind, j % S), (j / S) & 1);
+    fence_proxy_async();
+  };
+  // The warp's last read of tile j's K (kind 2) or V (kind 3) is behind it: one arrival per warp.
+  auto release = [&](int kind, int j) {
+    if (lane == 0) mbar_arrive(stage_bar<L>(bars, kind, j % S));
+  };
+  // Tile j's causal mask and online-softmax step on S in place (S becomes the fp32 P), the row
+  // sums; corr: O's rescaling by the change of the running max.
+  auto softmax = [&](int j, float(&corr)[2]) {
     const int k0 = j * BN;
     if (k0 + BN - 1 > warp_lo) {  // only tiles that reach past the warp's first row's last key
 #pragma unroll
@@ -156,13 +177,16 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-    float corr[2], neg_m[2];
+    float neg_m[2];
     online_softmax_step(mx, m, l, scale_log2, corr, neg_m);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
       s[i] = exp2f(fmaf(s[i], scale_log2, neg_m[(i >> 1) & 1]));
       l[(i >> 1) & 1] += s[i];
     }
+  };
+  // P to bf16 (the A operand) and O rescaled: after the last product that reads pf or adds to O.
+  auto to_p = [&](const float(&corr)[2]) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
@@ -176,39 +200,88 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
     }
   };
 
-  mbar_wait(stage_bar<L>(bars, 0, 0), 0);
-  fence_proxy_async();  // the copies the barrier made visible, before the tensor cores read them
-  issue_s(0);
-  wgmma_wait<0>();
-  fence_operands(s);
-  release(stage_bar<L>(bars, 2, 0));
-  softmax(0);
-  for (int j = 0; j < cta.n_tiles; ++j) {
-    // O += P_j · V_j, then (if there is a next tile) S = Q · K_{j+1}ᵀ behind it; one wait for both.
-    const int st = j % S, st1 = (j + 1) % S;
-    const bool more = j + 1 < cta.n_tiles;
-    mbar_wait(stage_bar<L>(bars, 1, st), (j / S) & 1);
-    fence_proxy_async();
-    const uint64_t vd = wgmma_desc_mn(base + L::v_tile(st), L::kVLbo);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_mn_bf16<HD>(o, pf[kk], vd + (L::v_step(kk) >> 4));
-    wgmma_commit();
-    if (more) {
-      mbar_wait(stage_bar<L>(bars, 0, st1), ((j + 1) / S) & 1);
-      fence_proxy_async();
-      issue_s(st1);
-    }
+  const int n = cta.n_tiles;
+  if constexpr (kSchedule == AttnSchedule::independent) {
+    float corr[2];
+    wait_full(0, 0);
+    issue_s(0);
     wgmma_wait<0>();
-    fence_operands(o);
     fence_operands(s);
+    release(2, 0);
+    softmax(0, corr);
+    to_p(corr);
+    for (int j = 0; j < n; ++j) {
+      // O += P_j · V_j, then (if there is a next tile) S = Q · K_{j+1}ᵀ behind it; one wait.
+      const bool more = j + 1 < n;
+      wait_full(1, j);
+      issue_pv(j % S);
+      if (more) {
+        wait_full(0, j + 1);
+        issue_s((j + 1) % S);
+      }
+      wgmma_wait<0>();
+      fence_operands(o);
+      fence_operands(s);
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) fence_operands(pf[kk]);  // read until the wait
-    release(stage_bar<L>(bars, 3, st));
-    if (more) {
-      release(stage_bar<L>(bars, 2, st1));
-      softmax(j + 1);
+      for (int kk = 0; kk < BN / 16; ++kk) fence_operands(pf[kk]);  // read until the wait
+      release(3, j);
+      if (more) {
+        release(2, j + 1);
+        softmax(j + 1, corr);
+        to_p(corr);
+      }
     }
+  } else {
+    // Round b = 0 … n issues S_b (b < n) and then O += P_{b-1} · V_{b-1} (b > 0). The turn
+    // barriers order the two consumers' issues 0:0, 1:0, 0:1, 1:1, 0:2, …: consumer w waits on
+    // barrier kTurnBarrier + w before it issues (256 threads: its own 128 waiting, the other's
+    // 128 arriving) and arrives on the other's once it has issued. Consumer 0 starts without
+    // waiting and consumer 1 skips its last arrival, so each barrier's waits and arrivals pair
+    // up (consumer 0's: n and n, consumer 1's: n + 1 and n + 1) and none is left half-done at
+    // exit. The K/V waits come before the turn: the producer depends on the releases only, which
+    // each consumer makes in rounds before the one it waits in, so holding the turn never
+    // blocks them (perf-notes, "Session 8"). The first and last rounds are peeled: with the
+    // products issued and waited for under branches, ptxas serialises every wgmma (C7518).
+    constexpr int kTurnBarrier = 3;  // consumer w's turn: named barrier 3 + w
+    auto take_turn = [&] { named_barrier_sync(kTurnBarrier + w, 256); };
+    auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + 1 - w, 256); };
+    // The last product reading pf and adding to O (P_j · V_j) is done: V_j's stage is free.
+    auto finish_pv = [&](int j) {
+      wgmma_wait<0>();
+      fence_operands(o);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) fence_operands(pf[kk]);  // read until the wait
+      release(3, j);
+    };
+    float corr[2];
+    wait_full(0, 0);
+    if (w == 1) take_turn();
+    issue_s(0);
+    pass_turn();
+    wgmma_wait<0>();
+    fence_operands(s);
+    release(2, 0);
+    softmax(0, corr);
+    to_p(corr);
+    for (int b = 1; b < n; ++b) {
+      wait_full(0, b);
+      wait_full(1, b - 1);
+      take_turn();
+      issue_s(b % S);
+      issue_pv((b - 1) % S);
+      pass_turn();
+      wgmma_wait<1>();  // S_b, the older group, is done; P_{b-1} · V_{b-1} may still run
+      fence_operands(s);
+      release(2, b);
+      softmax(b, corr);
+      finish_pv(b - 1);
+      to_p(corr);
+    }
+    wait_full(1, n - 1);
+    take_turn();
+    issue_pv((n - 1) % S);
+    if (w == 0) pass_turn();
+    finish_pv(n - 1);
   }
 
   // out = O / l ⊙ sigmoid(gate), fp16 (and its remainder when asked for).
@@ -232,7 +305,7 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
   }
 }
 
-template <int HD>
+template <int HD, AttnSchedule kSchedule>
 __global__ void __launch_bounds__(AttnWgmmaTile<HD>::kThreads, 1)
     kernel_flash_attention_prefill_wgmma(const __grid_constant__ AttnPrefillParams p) {
   using L = AttnWgmmaTile<HD>;
@@ -266,24 +339,26 @@ __global__ void __launch_bounds__(AttnWgmmaTile<HD>::kThreads, 1)
     } else {
       setmaxnreg_inc<L::kConsumerRegs>();
       const int w = (threadIdx.x - 128) / 128;
-      consume<L>(p, cta, smem, base, bars, w, threadIdx.x - 128 - 128 * w);
+      consume<L, kSchedule>(p, cta, smem, base, bars, w, threadIdx.x - 128 - 128 * w);
     }
   }
 }
 
 template <int HD>
-Status launch_wgmma(const AttnPrefillParams& p, cudaStream_t s) {
+Status launch_wgmma(const AttnPrefillParams& p, AttnSchedule schedule, cudaStream_t s) {
   using L = AttnWgmmaTile<HD>;
+  const auto kernel = schedule == AttnSchedule::pingpong
+                          ? kernel_flash_attention_prefill_wgmma<HD, AttnSchedule::pingpong>
+                          : kernel_flash_attention_prefill_wgmma<HD, AttnSchedule::independent>;
   // More than 48 KB of dynamic shared memory must be allowed explicitly; set on every launch
   // (cheap), so it holds for whichever device is current.
   if (cudaError_t e =
-          cudaFuncSetAttribute(kernel_flash_attention_prefill_wgmma<HD>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kSmem));
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kSmem));
       e != cudaSuccess)
     return err("attention prefill (wgmma): ", cudaGetErrorString(e));
   const int rows = p.T * (p.n_head / p.n_head_kv);
   const dim3 grid(p.n_head_kv, (rows + L::kRows - 1) / L::kRows);
-  kernel_flash_attention_prefill_wgmma<HD><<<grid, L::kThreads, L::kSmem, s>>>(p);
+  kernel<<<grid, L::kThreads, L::kSmem, s>>>(p);
   return last_launch("attention prefill (wgmma)");
 }
 
@@ -297,7 +372,8 @@ bool attention_prefill_wgmma_supported(int hd) {
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
             cudaSuccess ||
-        cudaFuncGetAttributes(&a, kernel_flash_attention_prefill_wgmma<256>) != cudaSuccess) {
+        cudaFuncGetAttributes(
+            &a, kernel_flash_attention_prefill_wgmma<256, AttnSchedule::pingpong>) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
@@ -309,7 +385,8 @@ bool attention_prefill_wgmma_supported(int hd) {
   return device_ok && (hd == 64 || hd == 128 || hd == 256);
 }
 
-Status launch_attention_prefill_wgmma(const AttnPrefillParams& p, cudaStream_t s) {
+Status launch_attention_prefill_wgmma(const AttnPrefillParams& p, cudaStream_t s,
+                                      AttnSchedule schedule) {
   constexpr const char* what = "attention prefill (wgmma)";
   ORCHID_TRY(check_attn_output(p, what));
   if (!attention_prefill_wgmma_supported(p.hd))
@@ -317,11 +394,11 @@ Status launch_attention_prefill_wgmma(const AttnPrefillParams& p, cudaStream_t s
                " on this device (expected 64, 128 or 256 on an sm_90a device)");
   switch (p.hd) {
     case 64:
-      return launch_wgmma<64>(p, s);
+      return launch_wgmma<64>(p, schedule, s);
     case 128:
-      return launch_wgmma<128>(p, s);
+      return launch_wgmma<128>(p, schedule, s);
     default:
-      return launch_wgmma<256>(p, s);
+      return launch_wgmma<256>(p, schedule, s);
   }
 }
 

@@ -44,6 +44,7 @@ Switches Switches::from_env() {
   s.fused_dequant = !env_off("ORCHID_FUSED_DEQUANT");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   s.wgmma_attention = !env_off("ORCHID_WGMMA_ATTENTION");
+  s.attn_pingpong = !env_off("ORCHID_ATTN_PINGPONG");
   s.tc_router = !env_off("ORCHID_TC_ROUTER");
   s.device_routing = !env_off("ORCHID_DEVICE_ROUTING");
   if (const char* v = std::getenv("ORCHID_PREFILL_TILE")) s.prefill_tile = std::atoi(v);

@@ -53,6 +53,9 @@ struct MoeRouting;  // prefill_kernels.h
 // materialises the attention scores; ORCHID_WGMMA_ATTENTION=0 runs the flash attention on the
 // mma.sync kernel instead of the Hopper one (wgmma, a producer warpgroup; used where
 // attention_prefill_wgmma_supported: an sm_90a device, head_dim 64, 128 or 256);
+// ORCHID_ATTN_PINGPONG=0 lets the Hopper kernel's two consumer warpgroups run independently
+// (session 7's schedule) instead of in pingpong (named barriers alternate their products, each
+// softmax under the other's products; the same bits);
 // ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
 // ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
 // the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
@@ -89,6 +92,7 @@ struct Switches {
   bool fused_dequant = true;
   bool flash_prefill = true;
   bool wgmma_attention = true;
+  bool attn_pingpong = true;
   int prefill_tile = 0;  // 0: chosen from the rows per expert
   int prefill_chunk = 8192;
   int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form

@@ -168,7 +168,8 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* pro
   // Causal: query t meets pos0 + t + 1 keys; QKᵀ and PV are 2 · hd FLOPs per (query, key) each.
   const int64_t pairs = int64_t(T) * st.n_past_ + int64_t(T) * (T + 1) / 2;
   if (sw_.flash_prefill && sw_.wgmma_attention && attention_prefill_wgmma_supported(hd)) {
-    ORCHID_TRY(launch_attention_prefill_wgmma(a, stream_));
+    ORCHID_TRY(launch_attention_prefill_wgmma(
+        a, stream_, sw_.attn_pingpong ? AttnSchedule::pingpong : AttnSchedule::independent));
   } else if (sw_.flash_prefill) {
     ORCHID_TRY(launch_attention_prefill(a, stream_));
   } else {

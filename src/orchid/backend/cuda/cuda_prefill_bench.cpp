@@ -113,6 +113,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"fused_dequant", base.fused_dequant},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
+                             {"attn_pingpong", base.attn_pingpong},
                              {"prefill_tile", base.prefill_tile},
                              {"prefill_chunk", base.prefill_chunk},
                              {"gdn_chunked", base.gdn_chunked},
@@ -167,6 +168,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},
+        // The wgmma kernel's consumers independent (session 7) instead of in pingpong.
+        {"attn_pingpong_off", [](cuda::Switches& s) { s.attn_pingpong = false; }},
         {"tc_router_off", [](cuda::Switches& s) { s.tc_router = false; }},
         {"device_routing_off", [](cuda::Switches& s) { s.device_routing = false; }},
         {"tile_16", [](cuda::Switches& s) { s.prefill_tile = 16; }},

@@ -151,8 +151,13 @@ Status launch_attention_prefill(const AttnPrefillParams& p, cudaStream_t s);
 // The same attention on Hopper's warpgroup MMA (attention_prefill_wgmma.cu): the same contract
 // and precision (q and P rounded to bf16, fp32 sums), for head_dim 64, 128 and 256 on a device
 // that runs the sm_90a build — attention_prefill_wgmma_supported(hd) says whether it does.
+// Its two consumer warpgroups either run independently (session 7's schedule, the ablation) or
+// in pingpong: named barriers hand the tensor cores from one to the other, so that each one's
+// softmax runs under the other's products (ORCHID_ATTN_PINGPONG). The same arithmetic, bit for bit.
+enum class AttnSchedule : uint8_t { independent, pingpong };
 bool attention_prefill_wgmma_supported(int hd);
-Status launch_attention_prefill_wgmma(const AttnPrefillParams& p, cudaStream_t s);
+Status launch_attention_prefill_wgmma(const AttnPrefillParams& p, cudaStream_t s,
+                                      AttnSchedule schedule = AttnSchedule::pingpong);
 // The ablation: scores materialised in `scores` ([n_head, T, pos0 + T] fp32), softmax, then P·V.
 Status launch_attention_prefill_naive(const AttnPrefillParams& p, float* scores, cudaStream_t s);
 

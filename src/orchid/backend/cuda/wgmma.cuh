@@ -252,6 +252,11 @@ __device__ __forceinline__ void cp_async_wait_all() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Counts this warp's threads towards barrier `id`'s next phase without waiting: with `threads`
+// = the syncing threads + the arriving ones, a phase completes once both sides have come.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 // Moves registers between warpgroups (all threads of a warpgroup execute it): the kernel starts
 // with its launch-bound cap, a producer warpgroup gives registers back, consumers take them.
 // N a multiple of 8 in [24, 256].
