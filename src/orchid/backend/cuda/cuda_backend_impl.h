@@ -51,6 +51,10 @@ struct MoeRouting;  // prefill_kernels.h
 // materialises the attention scores; ORCHID_WGMMA_ATTENTION=0 runs the flash attention on the
 // mma.sync kernel instead of the Hopper one (wgmma, a producer warpgroup; used where
 // attention_prefill_wgmma_supported: an sm_90a device, head_dim 64, 128 or 256);
+// ORCHID_GEMM_WS=1 runs the exact path's q4 GEMMs (groups of 64: dense, and the experts'
+// 128-row tiles) on warp-specialised Hopper tiles (gemm_ws.cuh: a producer warpgroup copies and
+// converts the codes behind mbarriers, two consumer warpgroups multiply and fold) instead of the
+// single-role wgmma tiles; off by default until measured (sm_90a only; elsewhere no effect);
 // ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
 // ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
 // the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
@@ -84,6 +88,7 @@ struct Switches {
   bool prefill = true;
   bool exact_prefill = true;
   bool fused_dequant = true;
+  bool gemm_ws = false;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   int prefill_tile = 0;  // 0: chosen from the rows per expert
