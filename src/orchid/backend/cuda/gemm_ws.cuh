@@ -132,13 +132,15 @@ struct WsConsumer {
   }
   // C += s·P + b·R for step ks's group: register 4j + 2h + e of part is row h, column
   // 8j + 2 (lane % 4) + e; registers 64 + 2h (and + 1) hold row h's R.
+  // A lane's two columns of fragment j have adjacent (scale, bias) words: one 8-byte load.
   __device__ __forceinline__ void fold(int ks, const float (&part)[68]) {
-    const uint32_t* sbw = reinterpret_cast<const uint32_t*>(sm.p + sm.stage(ks) + Cfg::kWsSb);
+    const char* sbw = sm.p + sm.stage(ks) + Cfg::kWsSb + 8 * (lane & 3);
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < 16; ++j) {
+      const uint2 w2 = *reinterpret_cast<const uint2*>(sbw + 32 * j);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const uint32_t w = sbw[8 * j + 2 * (lane & 3) + e];
+        const uint32_t w = e ? w2.y : w2.x;
         const float s = bf16_lo(w), b = bf16_hi(w);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -146,27 +148,42 @@ struct WsConsumer {
           c = fmaf(s, part[4 * j + 2 * h + e], fmaf(b, part[64 + 2 * h], c));
         }
       }
-  }
-  // Step ks's products are in flight in cur: issue step ks + 1's into nxt, fold cur, release.
-  __device__ __forceinline__ void step(int ks, float (&cur)[68], float (&nxt)[68]) {
-    if (ks + 1 < nk) {
-      issue(ks + 1, nxt);
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
     }
+  }
+  // Step ks's products are in flight in cur. With nxt: issue step ks + 1's into it, then wait for
+  // cur's alone; without: wait for all. Then fold cur and release the stage.
+  __device__ __forceinline__ void finish(int ks, float (&cur)[68]) {
     fence_operands(cur);
     fold(ks, cur);
     __syncwarp();  // the warp's reads of the stage are done
     if (lane == 0) mbar_arrive(sm.empty(ks));
   }
+  __device__ __forceinline__ void step(int ks, float (&cur)[68], float (&nxt)[68]) {
+    issue(ks + 1, nxt);
+    wgmma_wait<1>();
+    finish(ks, cur);
+  }
+  __device__ __forceinline__ void last(int ks, float (&cur)[68]) {
+    wgmma_wait<0>();
+    finish(ks, cur);
+  }
+  // The loop body has no branches around the wgmma and its sets keep their roles, so the
+  // compiler never copies a set in flight (which would make ptxas serialise the wgmma).
   __device__ __forceinline__ void run() {
     float p0[68], p1[68];
-    zero(acc), zero(p0), zero(p1);  // p0, p1: defined operands for their first wgmma
+    zero(acc), zero(p0), zero(p1);           // p0, p1: defined operands for their first wgmma
+    fence_operands(p0), fence_operands(p1);  // each in registers of its own before any wgmma
     issue(0, p0);
-    for (int ks = 0; ks < nk; ks += 2) {
+    int ks = 0;
+    for (; ks + 2 < nk; ks += 2) {
       step(ks, p0, p1);
-      if (ks + 1 < nk) step(ks + 1, p1, p0);
+      step(ks + 1, p1, p0);
+    }
+    if (ks + 1 < nk) {  // two steps left, else one
+      step(ks, p0, p1);
+      last(ks + 1, p1);
+    } else {
+      last(ks, p0);
     }
   }
 };
