@@ -123,6 +123,47 @@ TEST(WgmmaLayout, EmulationMatchesTheGemmTiles) {
       }
 }
 
+// The warp-specialised GEMM's B tile (gemm_ws.cuh): 136 rows, the codes in rows 0 … 127 as the
+// producer stores them (thread t: row t, chunk c at sw128_offset(t, c)) and 8 rows of ones after
+// them; m64n136k16 reads row n of its k16 step where the kernel stored it, and its accumulator
+// registers 64 … 67 are columns 128 … 135 (the row sums) of rows wgmma_frag_row(t, 0 | 1).
+TEST(WgmmaLayout, WarpSpecialisedGemmTile) {
+  const uint32_t tile = 32 * 1024;  // a stage's B tile, after A_hi and A_lo
+  for (int kk = 0; kk < 4; ++kk)
+    for (int n = 0; n < 136; ++n)
+      for (int k = 0; k < 16; ++k) {
+        const int col = 16 * kk + k;
+        ASSERT_EQ(read_k_major(cuda::wgmma_desc_k(tile + 32 * kk), n, k),
+                  tile + cuda::sw128_offset(n, col / 8) + (col % 8) * 2)
+            << "k-step " << kk << " row " << n << " k " << k;
+      }
+  // The ones: item i of the start-up loop at row 128 + i / 8, chunk i % 8 (bytes [16384, 17408)).
+  std::set<uint32_t> ones;
+  for (int i = 0; i < 64; ++i) ones.insert((128 + i / 8) * 128 + i % 8 * 16);
+  EXPECT_EQ(ones.size(), 64u);
+  EXPECT_EQ(*ones.begin(), 128u * 128);
+  EXPECT_EQ(*ones.rbegin(), 136u * 128 - 16);
+  // The producer's code stores and A copies (thread t: row t / 8 + 16p, chunk t % 8): 8
+  // consecutive threads write 8 different 16-byte bank groups.
+  for (int t0 = 0; t0 < 128; t0 += 8)
+    for (int c = 0; c < 8; ++c) {
+      std::set<uint32_t> codes, a;
+      for (int t = t0; t < t0 + 8; ++t) {
+        codes.insert(cuda::sw128_offset(t, c) % 128 / 16);
+        a.insert(cuda::sw128_offset(t / 8 + 16 * c, t % 8) % 128 / 16);
+      }
+      EXPECT_EQ(codes.size(), 8u);
+      EXPECT_EQ(a.size(), 8u);
+    }
+  for (int t = 0; t < 128; ++t)
+    for (int h = 0; h < 2; ++h)
+      for (int e = 0; e < 2; ++e) {
+        EXPECT_EQ(acc_row(t, 64 + 2 * h + e), cuda::wgmma_frag_row(t, h));
+        EXPECT_GE(acc_col(t, 64 + 2 * h + e), 128);
+        EXPECT_LT(acc_col(t, 64 + 2 * h + e), 136);
+      }
+}
+
 // ---- The attention tile ------------------------------------------------------------------------
 
 template <int HD>

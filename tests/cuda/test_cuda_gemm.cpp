@@ -187,6 +187,13 @@ struct DequantMode {
   }
 };
 
+// Sets the warp-specialised switch for a scope (gemm_ws.cuh), restoring it after.
+struct WsMode {
+  bool saved = cuda::gemm_ws_enabled();
+  explicit WsMode(bool on) { cuda::set_gemm_ws_enabled(on); }
+  ~WsMode() { cuda::set_gemm_ws_enabled(saved); }
+};
+
 // ---- Dense projections ------------------------------------------------------------------------
 
 enum class Add { none, separate, in_place };
@@ -198,6 +205,7 @@ struct GemmCase {
   Add add;
   bool fused;
   bool exact = false;  // A as hi + lo (A_lo set): the exact path
+  bool ws = false;     // the warp-specialised tiles on (they take exact q4 in groups of 64)
 };
 
 void run_gemm(const GemmCase& cs) {
@@ -205,8 +213,9 @@ void run_gemm(const GemmCase& cs) {
   SCOPED_TRACE(testing::Message() << "seed " << seed << ", format " << int(cs.fmt) << " M " << cs.m
                                   << " N " << cs.n << " K " << cs.k << " group " << cs.group
                                   << " add " << int(cs.add) << (cs.fused ? " fused" : " unfused")
-                                  << (cs.exact ? " exact" : " fp16"));
+                                  << (cs.exact ? " exact" : " fp16") << (cs.ws ? " ws" : ""));
   std::mt19937_64 rng(seed);
+  WsMode ws(cs.ws);
   HostMatrix w = quantised(cs.fmt, cs.n, cs.k, cs.group, rng);
   DeviceMatrix dw(w);
   std::optional<ExactWeights> ew;
@@ -367,6 +376,26 @@ TEST(CudaGemmExact, ModelShapesMatchReference) {
   }
 }
 
+// The warp-specialised tiles (sm_90a): odd row counts, K from one k-step (fewer than the 4
+// stages) to 64, N not a multiple of 128, residual adds; the switch on leaves other groups and
+// formats to the other tiles.
+TEST(CudaGemmExact, WarpSpecialisedMatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  {
+    WsMode on(true);
+    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  }
+  for (int m : {1, 7, 65, 130, 257})
+    for (int k : {512, 2048, 4096})
+      run_gemm({DevFormat::q4, m, 192, k, 64, 8, Add::none, true, true, true});
+  for (int k : {64, 128, 192, 256, 320})
+    run_gemm({DevFormat::q4, 130, 320, k, 64, 0, Add::separate, true, true, true});
+  run_gemm({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, true, true});
+  run_gemm({DevFormat::q4, 2100, 4096, 256, 64, 0, Add::none, true, true, true});
+  run_gemm({DevFormat::q4, 100, 192, 512, 128, 8, Add::none, true, true, true});
+  run_gemm({DevFormat::q8, 100, 257, 1024, 64, 0, Add::separate, true, true, true});
+}
+
 TEST(CudaGemmExact, RejectsSmallGroupsAndMisalignedRemainders) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
@@ -507,6 +536,7 @@ struct ExpertCase {
   int down_group;       // q4/q8 group of the down matrix (n_ff columns)
   bool exact = false;   // x and act as hi + lo
   int gate_group = 64;  // q4/q8 group of gate and up (n_embd columns)
+  bool ws = false;      // the warp-specialised tiles on (exact q4 128-row tiles, groups of 64)
 };
 
 void run_experts(const ExpertCase& cs) {
@@ -515,8 +545,9 @@ void run_experts(const ExpertCase& cs) {
                                   << " E " << cs.E << " k " << cs.k << " n_embd " << cs.n_embd
                                   << " n_ff " << cs.n_ff << " tile rows " << cs.tile_rows
                                   << " groups " << cs.gate_group << "/" << cs.down_group
-                                  << (cs.exact ? " exact" : " fp16"));
+                                  << (cs.exact ? " exact" : " fp16") << (cs.ws ? " ws" : ""));
   std::mt19937_64 rng(seed);
+  WsMode ws(cs.ws);
   const int S = cs.k + 1, H = cs.n_embd, F = cs.n_ff;
   HostRouting hr(cs.T, cs.E, cs.k, cs.tile_rows, rng);
   ASSERT_EQ(hr.pairs(), cs.T * S);
@@ -660,6 +691,22 @@ TEST(CudaExpertsExact, Q8Bf16AndModelWidthsMatchReference) {
     run_experts({DevFormat::bf16, 70, 6, 2, 264, 136, rows, 0, true, 0});
   }
   run_experts({DevFormat::q4, 48, 4, 3, 2048, 512, 64, 64, true, 64});
+}
+
+// The warp-specialised tiles on the experts' 128-row tiles: expert 1 and the shared one take every
+// token (several full tiles), expert 0 none; partial column tiles (n_ff 160, n_embd 320); a single
+// token; the model's widths; and a down matrix in groups of 32, left to the other tiles.
+TEST(CudaExpertsExact, WarpSpecialisedMatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  {
+    WsMode on(true);
+    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  }
+  run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, true, 64, true});
+  run_experts({DevFormat::q4, 100, 8, 3, 320, 160, 128, 64, true, 64, true});
+  run_experts({DevFormat::q4, 1, 8, 3, 320, 160, 128, 64, true, 64, true});
+  run_experts({DevFormat::q4, 150, 4, 3, 2048, 512, 128, 64, true, 64, true});
+  run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 32, true, 64, true});
 }
 
 TEST(CudaExperts, RejectsBadRouting) {

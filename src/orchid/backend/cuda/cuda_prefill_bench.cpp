@@ -111,6 +111,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
   out["prefill_switches"] = {{"prefill", base.prefill},
                              {"exact_prefill", base.exact_prefill},
                              {"fused_dequant", base.fused_dequant},
+                             {"gemm_ws", base.gemm_ws},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
@@ -165,6 +166,9 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         // The dequantisation ablation exists on the fp16 path only: compare with exact_prefill_off.
         {"fused_dequant_off",
          [](cuda::Switches& s) { s.exact_prefill = false, s.fused_dequant = false; }},
+        // The warp-specialised exact q4 GEMMs against the single-role ones (whichever is not the
+        // base: ORCHID_GEMM_WS).
+        {"gemm_ws_flipped", [](cuda::Switches& s) { s.gemm_ws = !s.gemm_ws; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},

@@ -6,7 +6,7 @@
 // the few tiles of each expert together and its weights come from DRAM about once per chunk.
 #include <type_traits>
 
-#include "orchid/backend/cuda/gemm_tile.cuh"
+#include "orchid/backend/cuda/gemm_ws.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
 namespace orchid::cuda {
@@ -69,31 +69,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   src.k = p.k, src.sb_shift = p.sb_shift, src.lo = p.x_lo;
 #pragma unroll
   for (int q = 0; q < Cfg::kAPerThread; ++q) {
-    const int r = (tid + q * Cfg::kThreads) >> 3;
+    const int r = Cfg::a_src_row(tid, q);
     src.a[q] = r < rows ? p.x + int64_t(p.t.pair_token[j0 + r]) * p.k : nullptr;
   }
   const int sb_stride = (p.k / Cfg::E) >> p.sb_shift;
 #pragma unroll
   for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
-    const int r = (tid + q * Cfg::kThreads) / Cfg::kUnitsPerRow, n = n0 + r % (Cfg::BN / 2);
+    const int r = Cfg::b_src_row(tid, q), n = n0 + r % (Cfg::BN / 2);
     const int64_t row = int64_t(e) * p.n_ff + n;
     set_b(src, q, r < Cfg::BN / 2 ? p.gate : p.up, row, n < p.n_ff, sb_stride);
   }
-  float acc[Cfg::MI][Cfg::NJ][4];
-  tile_mainloop<Cfg>(src, smem, acc);
-
   // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns.
-  Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
-    if (r >= rows) return;
-    const int64_t out = int64_t(j0 + r) * p.n_ff;
+  tile_gemm<Cfg>(src, smem, [&](const auto& acc) {
+    Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
+      if (r >= rows) return;
+      const int64_t out = int64_t(j0 + r) * p.n_ff;
 #pragma unroll
-    for (int j = 0; j < Cfg::NJ / 2; ++j) {
-      const int col = n0 + col0(j);  // n_ff even: col + 1 fits too
-      if (col >= p.n_ff) continue;
-      const float* g = acc[i][j] + 2 * h;
-      const float* u = acc[i][j + Cfg::NJ / 2] + 2 * h;
-      store_f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], p.act, p.act_lo, out + col);
-    }
+      for (int j = 0; j < Cfg::NJ / 2; ++j) {
+        const int col = n0 + col0(j);  // n_ff even: col + 1 fits too
+        if (col >= p.n_ff) continue;
+        const float* g = acc[i][j] + 2 * h;
+        const float* u = acc[i][j + Cfg::NJ / 2] + 2 * h;
+        store_f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], p.act, p.act_lo, out + col);
+      }
+    });
   });
 }
 
@@ -110,30 +109,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   src.k = p.n_ff, src.sb_shift = p.sb_shift, src.lo = p.act_lo;
 #pragma unroll
   for (int q = 0; q < Cfg::kAPerThread; ++q) {
-    const int r = (tid + q * Cfg::kThreads) >> 3;
+    const int r = Cfg::a_src_row(tid, q);
     src.a[q] = r < rows ? p.act + int64_t(j0 + r) * p.n_ff : nullptr;
   }
   const int sb_stride = (p.n_ff / Cfg::E) >> p.sb_shift;
 #pragma unroll
   for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
-    const int n = n0 + (tid + q * Cfg::kThreads) / Cfg::kUnitsPerRow;
+    const int n = n0 + Cfg::b_src_row(tid, q);
     set_b(src, q, p.down, int64_t(e) * p.n_embd + n, n < p.n_embd, sb_stride);
   }
-  float acc[Cfg::MI][Cfg::NJ][4];
-  tile_mainloop<Cfg>(src, smem, acc);
-
-  Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
-    if (r >= rows) return;
-    const int j = j0 + r;
-    const float w = p.t.pair_w[j];
-    float* out = p.slot_out + (int64_t(p.t.pair_token[j]) * p.n_slot + p.t.pair_slot[j]) * p.n_embd;
+  tile_gemm<Cfg>(src, smem, [&](const auto& acc) {
+    Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
+      if (r >= rows) return;
+      const int j = j0 + r;
+      const float w = p.t.pair_w[j];
+      float* out =
+          p.slot_out + (int64_t(p.t.pair_token[j]) * p.n_slot + p.t.pair_slot[j]) * p.n_embd;
 #pragma unroll
-    for (int f = 0; f < Cfg::NJ; ++f)
+      for (int f = 0; f < Cfg::NJ; ++f)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = n0 + col0(f) + c;
-        if (col < p.n_embd) out[col] = w * acc[i][f][2 * h + c];
-      }
+        for (int c = 0; c < 2; ++c) {
+          const int col = n0 + col0(f) + c;
+          if (col < p.n_embd) out[col] = w * acc[i][f][2 * h + c];
+        }
+    });
   });
 }
 
@@ -167,6 +166,8 @@ Status check_routing(const MoeRouting* r, const char* what) {
 // (E = 256, top-8 + shared, 2048 / 512, q4), gate/up ran at 241 TFLOP/s with 64-row tiles and
 // 296 with 128-row tiles (real pairs only, despite the emptier last tile per expert); down at 184
 // with either. 32- and 16-row tiles (few rows per expert): 4 warps of mma.sync, 32 (16) × 32.
+// The exact path's q4 128-row tiles in groups of 64 take the warp-specialised form when it is on
+// (gemm_ws_enabled).
 template <template <class> class Kernel, TileB B, bool GATED, bool EXACT, class Args>
 Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, const char* what) {
   auto go = [&](auto cfg) -> Status {
@@ -175,6 +176,9 @@ Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, cons
     Kernel<Cfg>::fn<<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
     return last_launch(what);
   };
+  if constexpr (B == TileB::q4 && EXACT)
+    if (tile_rows == 128 && a.sb_shift == 1 && gemm_ws_enabled())
+      return go(TileCfg<B, 128, 8, 1, GATED, EXACT, true>{});
   if (tile_rows == 128) return go(TileCfg<B, 128, 8, 1, GATED, EXACT>{});
   if (tile_rows == 64) return go(TileCfg<B, 64, 4, 1, GATED, EXACT>{});
   if (tile_rows == 32) return go(TileCfg<B, 32, 1, 4, GATED, EXACT>{});

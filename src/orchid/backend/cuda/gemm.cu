@@ -8,7 +8,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "orchid/backend/cuda/gemm_tile.cuh"
+#include "orchid/backend/cuda/gemm_ws.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
 namespace orchid::cuda {
@@ -18,6 +18,7 @@ using namespace tile;
 namespace {
 
 std::atomic<bool> g_fused_dequant{true};
+std::atomic<bool> g_ws{false};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
@@ -36,31 +37,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   src.k = k, src.sb_shift = sb_shift, src.lo = lo;
 #pragma unroll
   for (int q = 0; q < Cfg::kAPerThread; ++q) {
-    const int r = m0 + ((tid + q * Cfg::kThreads) >> 3);
+    const int r = m0 + Cfg::a_src_row(tid, q);
     src.a[q] = r < p.m ? p.a + int64_t(r) * p.lda : nullptr;
   }
   const int sb_stride = (k / Cfg::E) >> sb_shift;  // (scale, bias) words per row
 #pragma unroll
   for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
-    const int r = n0 + (tid + q * Cfg::kThreads) / Cfg::kUnitsPerRow;
+    const int r = n0 + Cfg::b_src_row(tid, q);
     src.b[q] = r < n ? static_cast<const uint4*>(p.w.w) + int64_t(r) * p.w.units : nullptr;
     src.sb[q] = Cfg::kHasSb && r < n ? p.w.sb + int64_t(r) * sb_stride : nullptr;
   }
-  float acc[Cfg::MI][Cfg::NJ][4];
-  tile_mainloop<Cfg>(src, smem, acc);
-
-  Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
-    const int row = m0 + r;
-    if (row >= p.m) return;
-    float* c = p.c + int64_t(row) * p.ldc;
-    const float* add = p.add ? p.add + int64_t(row) * p.ldc : nullptr;
+  tile_gemm<Cfg>(src, smem, [&](const auto& acc) {
+    Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
+      const int row = m0 + r;
+      if (row >= p.m) return;
+      float* c = p.c + int64_t(row) * p.ldc;
+      const float* add = p.add ? p.add + int64_t(row) * p.ldc : nullptr;
 #pragma unroll
-    for (int j = 0; j < Cfg::NJ; ++j)
+      for (int j = 0; j < Cfg::NJ; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = n0 + col0(j) + e;
-        if (col < n) c[col] = acc[i][j][2 * h + e] + (add ? add[col] : 0.f);
-      }
+        for (int e = 0; e < 2; ++e) {
+          const int col = n0 + col0(j) + e;
+          if (col < n) c[col] = acc[i][j][2 * h + e] + (add ? add[col] : 0.f);
+        }
+    });
   });
 }
 
@@ -74,10 +74,23 @@ Status launch_tiles(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t 
   return last_launch("gemm");
 }
 
+// The exact q4 path in groups of 64 on the warp-specialised tiles (gemm_ws.cuh).
+using WsCfg = TileCfg<TileB::q4, 128, 8, 1, false, true, true>;
+
+Status launch_ws(const GemmParams& p, int64_t lo, cudaStream_t s) {
+  ORCHID_TRY(allow_smem(kernel_gemm<WsCfg>, WsCfg::kSmem, "gemm"));
+  const dim3 grid((p.m + WsCfg::BM - 1) / WsCfg::BM, (p.w.rows + WsCfg::BN - 1) / WsCfg::BN);
+  kernel_gemm<WsCfg><<<grid, WsCfg::kThreads, WsCfg::kSmem, s>>>(p, p.w.rows, p.w.cols, 1, lo);
+  return last_launch("gemm");
+}
+
 // BM = 128 halves the dequantisation per product, once there are enough tiles to fill the GPU
-// twice over; smaller launches take 64-row tiles.
+// twice over; smaller launches take 64-row tiles. The warp-specialised tiles (when on) take every
+// exact q4 launch in groups of 64 (sb_shift 1), whatever its rows.
 template <TileB B, bool EXACT>
 Status launch_format(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
+  if constexpr (B == TileB::q4 && EXACT)
+    if (sb_shift == 1 && gemm_ws_enabled()) return launch_ws(p, lo, s);
   const int64_t tiles128 = int64_t((p.m + 127) / 128) * ((p.w.rows + 127) / 128);
   if (tiles128 >= 2 * sm_count()) return launch_tiles<B, 128, EXACT>(p, sb_shift, lo, s);
   return launch_tiles<B, 64, EXACT>(p, sb_shift, lo, s);
@@ -117,6 +130,28 @@ __global__ void kernel_dequant_f16(const __grid_constant__ DevMatrix w, uint16_t
 }
 
 }  // namespace
+
+bool gemm_ws_enabled() {
+  if (!g_ws.load(std::memory_order_relaxed)) return false;
+  static const bool device_ok = [] {
+    int dev = 0, optin = 0;
+    cudaDeviceProp prop{};
+    cudaFuncAttributes a{};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess ||
+        cudaFuncGetAttributes(&a, kernel_gemm<WsCfg>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    // A compute capability 9.0 device running the sm_90a code (not sm_80 code through PTX JIT).
+    return prop.major == 9 && prop.minor == 0 && a.ptxVersion >= 90 && optin >= WsCfg::kSmem;
+  }();
+  return device_ok;
+}
+void set_gemm_ws_enabled(bool on) {
+  g_ws.store(on, std::memory_order_relaxed);
+}
 
 bool gemm_fused_dequant_enabled() {
   return g_fused_dequant.load(std::memory_order_relaxed);

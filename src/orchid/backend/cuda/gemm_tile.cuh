@@ -58,21 +58,29 @@ constexpr int kTileRowB = 128;  // bytes per shared tile row: 64 fp16
 // each warp's fragments j < NJ / 2 pair with j + NJ / 2 (gate with up).
 // EXACT: the exact path (top of file); with q4 / q8 B the group fold (kFold) keeps a second set of
 // accumulators, the current group's partial sums.
-template <TileB B_, int BM_, int WARPS_M, int WARPS_N, bool GATED_, bool EXACT_>
+// WS: the warp-specialised form (gemm_ws.cuh; exact q4 in groups of 64, 128 × 128 tiles on
+// sm_90a): a producer warpgroup (threads [0, 128)) before the warps above, which only multiply.
+template <TileB B_, int BM_, int WARPS_M, int WARPS_N, bool GATED_, bool EXACT_, bool WS_ = false>
 struct TileCfg {
   static constexpr TileB B = B_;
   static constexpr bool kGated = GATED_, kDequant = B != TileB::f16, kExact = EXACT_;
   static constexpr bool kHasSb = B == TileB::q4 || B == TileB::q8, kFold = kExact && kHasSb;
+  static constexpr bool kWs = WS_;
   static constexpr int BM = BM_, BN = 128;
-  static constexpr int kWarpsM = WARPS_M, kWarpsN = WARPS_N, kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpsM = WARPS_M, kWarpsN = WARPS_N;
+  static constexpr int kProducerThreads = kWs ? 128 : 0;
+  static constexpr int kMmaThreads = 32 * kWarpsM * kWarpsN;  // the warps that hold results
+  static constexpr int kThreads = kProducerThreads + kMmaThreads;
   static constexpr bool kWgmma = kWarpsN == 1 && BM == 16 * kWarpsM && BM % 64 == 0;
   static constexpr int WM = BM / kWarpsM, WN = BN / kWarpsN;  // a warp's rows of A and of B
   static constexpr int MI = WM / 16, NJ = WN / 8;             // its m16 and n8 fragments
   static constexpr int E = tile_unit_elems(B);
   static constexpr int kUnitsPerRow = kTileK / E;  // B units of one row per k-step
   static constexpr int kUnits = BN * kUnitsPerRow;
-  static constexpr int kUnitsPerThread = kUnits / kThreads;
-  static constexpr int kAPerThread = BM * 8 / kThreads;  // 16-byte A chunks per thread (per tile)
+  // Copies per thread (TileSrc): B units and 16-byte A chunks (per tile); warp-specialised, thread
+  // t < BM names A's row t and B's row t (the producer copies from those).
+  static constexpr int kUnitsPerThread = kWs ? 1 : kUnits / kThreads;
+  static constexpr int kAPerThread = kWs ? 1 : BM * 8 / kThreads;
   // Stage: A tile (exact: A_hi, then A_lo) | raw B units (fp16: the swizzled B tile) | (scale,
   // bias) words. Every part is a multiple of 1024 bytes, so the tiles stay aligned to the 128-byte
   // swizzle's 8-row atoms.
@@ -91,13 +99,29 @@ struct TileCfg {
   // (~250 of the SM's 65,536 registers a thread), and with bf16 the second A tile leaves shared
   // memory for one block anyway (sm_80 spills it at 128 registers).
   static constexpr bool kWide = kExact && MI * NJ * 4 >= 64;
-  static constexpr int kMinBlocks = kWide ? (kThreads >= 256 ? 1 : 2) : (kThreads >= 256 ? 2 : 3);
+  static constexpr int kMinBlocks = kWs     ? 1
+                                    : kWide ? (kThreads >= 256 ? 1 : 2)
+                                            : (kThreads >= 256 ? 2 : 3);
   static constexpr int kStages = smem_bytes(4) <= (228 - kMinBlocks) * 1024 / kMinBlocks ? 4 : 3;
-  static constexpr int kSmem = smem_bytes(kStages);
 
-  static_assert(BM % (16 * kWarpsM) == 0 && kAPerThread >= 1 && BM * 8 % kThreads == 0);
-  static_assert(kUnits % kThreads == 0 && kUnitsPerThread >= 1);
+  // The warp-specialised layout (gemm_ws.cuh), one block an SM: kWsStages stages of A_hi | A_lo |
+  // B's codes [BN + 8, 64] fp16 (8 rows of ones: A's row sums) | one (scale, bias) word per B row,
+  // padded to 1024 bytes (50 KB); a ring of kWsStages steps of raw B units (4 KB each); A's row
+  // pointers; a full and an empty mbarrier per stage. 217 KB.
+  static constexpr int kWsStages = 4;
+  static constexpr int kWsBRows = BN + 8;
+  static constexpr int kWsB = kABytes, kWsSb = kWsB + kWsBRows * kTileRowB;
+  static constexpr int kWsStageBytes = (kWsSb + BN * 4 + 1023) / 1024 * 1024;
+  static constexpr int kWsRaw = kWsStages * kWsStageBytes, kWsRows = kWsRaw + kWsStages * kRawBytes;
+  static constexpr int kWsBars = kWsRows + BM * 8, kWsSmem = kWsBars + 2 * kWsStages * 8;
+
+  static constexpr int kSmem = kWs ? kWsSmem : smem_bytes(kStages);
+
+  static_assert(kWs || (BM % (16 * kWarpsM) == 0 && kAPerThread >= 1 && BM * 8 % kThreads == 0));
+  static_assert(kWs || (kUnits % kThreads == 0 && kUnitsPerThread >= 1));
   static_assert(kStageBytes % 1024 == 0 && kBhBytes % 1024 == 0);
+  static_assert(!kWs || (B == TileB::q4 && kExact && BM == 128 && kWarpsM == 8 && kWarpsN == 1),
+                "the warp-specialised tiles are the exact q4 path's 128 × 128 ones");
   static_assert(kSmem <= 227 * 1024, "more shared memory than a block may have");
   static_assert(!kGated || NJ % 4 == 0, "gate and up need whole ldmatrix.x4 pairs each");
   static_assert(!kExact || kDequant, "the exact path reads the raw weights, not an fp16 copy");
@@ -108,11 +132,20 @@ struct TileCfg {
       return j < NJ / 2 ? wn * (WN / 2) + 8 * j : BN / 2 + wn * (WN / 2) + 8 * (j - NJ / 2);
     return wn * WN + 8 * j;
   }
-  // The accumulators a thread holds after tile_mainloop: calls row_fn(r, i, h, c) for each of its
+  // The rows thread tid's copy p describes in TileSrc (A's and B's).
+  __device__ static constexpr int a_src_row(int tid, int p) {
+    return kWs ? tid : (tid + p * kThreads) >> 3;
+  }
+  __device__ static constexpr int b_src_row(int tid, int p) {
+    return kWs ? tid : (tid + p * kThreads) / kUnitsPerRow;
+  }
+  // The accumulators a thread holds after the main loop: calls row_fn(r, i, h, c) for each of its
   // tile rows r (acc[i][j][2h], acc[i][j][2h + 1] for every fragment j), with c(j) the tile column
-  // of fragment j's first element (the second is c(j) + 1).
+  // of fragment j's first element (the second is c(j) + 1). The producer warpgroup holds none.
   template <class F>
-  __device__ static void for_each_acc_row(int tid, F&& row_fn) {
+  __device__ static void for_each_acc_row(int block_tid, F&& row_fn) {
+    const int tid = block_tid - kProducerThreads;
+    if (tid < 0) return;
     const int lane = tid & 31, warp = tid >> 5, wm = warp / kWarpsN, wn = warp % kWarpsN;
     const auto col = [=](int j) { return b_row(wn, j) + 2 * (lane & 3); };
 #pragma unroll
@@ -124,8 +157,9 @@ struct TileCfg {
 
 // Where one thread's copies come from. A: the rows of its kAPerThread chunks (null: a masked
 // row, zero-filled); B: the rows of its units (16-byte units, null: masked) and their (scale,
-// bias) rows. Chunk p of A is row (tid + p · kThreads) / 8, column chunk tid % 8; unit p of B is
-// row (tid + p · kThreads) / kUnitsPerRow, unit (tid + p · kThreads) % kUnitsPerRow of the step.
+// bias) rows. Chunk p of A is row a_src_row(tid, p) = (tid + p · kThreads) / 8, column chunk
+// tid % 8; unit p of B is row b_src_row(tid, p) = (tid + p · kThreads) / kUnitsPerRow, unit
+// (tid + p · kThreads) % kUnitsPerRow of the step (warp-specialised: row tid of each).
 template <class Cfg>
 struct TileSrc {
   const uint16_t* a[Cfg::kAPerThread];

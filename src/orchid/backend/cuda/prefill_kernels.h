@@ -37,6 +37,12 @@ Status launch_gemm(const GemmParams& p, cudaStream_t s);
 // the largest matrix's size, held by the backend). Process-wide; the backend sets it.
 bool gemm_fused_dequant_enabled();
 void set_gemm_fused_dequant_enabled(bool on);
+// Whether the exact path's q4 GEMMs in groups of 64 (dense, and the experts' 128-row tiles) run on
+// the warp-specialised Hopper tiles (gemm_ws.cuh: a producer warpgroup copies and converts the
+// codes, two consumer warpgroups multiply and fold) instead of the single-role ones: set and an
+// sm_90a device (else the switch has no effect). Process-wide, default off; the backend sets it.
+bool gemm_ws_enabled();
+void set_gemm_ws_enabled(bool on);
 // w [N, K] dequantised into out [N, K] fp16 (the ablation's first half).
 Status launch_dequant_f16(const DevMatrix& w, uint16_t* out, cudaStream_t s);
 // The ablation's fp16 buffer ([elems], at least the largest q4 / q8 matrix's rows · cols), used
