@@ -694,7 +694,7 @@ TEST(CudaExpertsExact, Q8Bf16AndModelWidthsMatchReference) {
 }
 
 // The warp-specialised tiles on the experts' 128-row tiles: expert 1 and the shared one take every
-// token (several full tiles), expert 0 none; partial column tiles (n_ff 160, n_embd 320); a single
+// token (several full tiles), expert 0 none; partial column tiles (n_ff 192, n_embd 320); a single
 // token; the model's widths; and a down matrix in groups of 32, left to the other tiles.
 TEST(CudaExpertsExact, WarpSpecialisedMatchesReference) {
   ORCHID_REQUIRE_GPU();
@@ -703,8 +703,8 @@ TEST(CudaExpertsExact, WarpSpecialisedMatchesReference) {
     if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   }
   run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, true, 64, true});
-  run_experts({DevFormat::q4, 100, 8, 3, 320, 160, 128, 64, true, 64, true});
-  run_experts({DevFormat::q4, 1, 8, 3, 320, 160, 128, 64, true, 64, true});
+  run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 128, 64, true, 64, true});
+  run_experts({DevFormat::q4, 1, 8, 3, 320, 192, 128, 64, true, 64, true});
   run_experts({DevFormat::q4, 150, 4, 3, 2048, 512, 128, 64, true, 64, true});
   run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 32, true, 64, true});
 }
