@@ -2,12 +2,8 @@
 // RoPE on the first n_rot dims, K and V appended to the bf16 cache. attention_decode: one block
 // per (KV head, KV range); each K/V row is loaded once for all query heads of its GQA group
 // (lane ℓ holds dims [8ℓ, 8ℓ+8)); tiles of 32 keys per warp with an online softmax. With more
-// than one range per head the ranges are merged and the sigmoid gate applied inside the launch,
-// by thread block clusters (cluster_combine, on Hopper), or by a combine kernel of its own.
+// than one range per head a combine kernel merges the ranges and applies the sigmoid gate.
 // attention_mma_kernel (default for head sizes 64, 128, 256) does both products on tensor cores.
-#include <cooperative_groups.h>
-
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -15,8 +11,6 @@
 
 namespace orchid::cuda {
 namespace {
-
-namespace cg = cooperative_groups;
 
 // The three steps of the q/k path, each by one thread per dim of one head; the fused kernel runs
 // them in one launch, ORCHID_FUSED_QK=0 as three (same arithmetic, so the same bits).
@@ -126,16 +120,19 @@ __device__ __forceinline__ void unpack8(uint4 u, float (&out)[8]) {
   out[4] = bf16_lo(u.z), out[5] = bf16_hi(u.z), out[6] = bf16_lo(u.w), out[7] = bf16_hi(u.w);
 }
 
-// The merge of a block's warps, after they have left (m, l) per head in s_ml and their
-// accumulators in s_acc. Per head: the max over warps, each warp's weight exp(m_w − max) (0 for a
-// warp without keys) and the weighted sum of l — once per head, not per output dim (at 4K
-// context the merge was most of the kernel's instructions). Then emit(h, d, a, max, sum) for each
-// of the G × hd outputs, a = Σ_w weight_w · acc_w[h][d], by the thread that read those
-// accumulators (so emit may overwrite s_acc[0][h][d]).
-template <int G, class Emit>
-__device__ __forceinline__ void merge_warps(int hd, const float (&s_ml)[kAttnWarps][G][2],
-                                            const float (&s_acc)[kAttnWarps][G][kMaxHeadDim],
-                                            Emit emit) {
+// After a block's warps have left (m, l) per head in s_ml and their accumulators in s_acc:
+// the block's result per query head of the group — the gated output (one range) or the range's
+// partial for the combine kernel.
+template <int G>
+__device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int split, int n_split,
+                                                const float (&s_ml)[kAttnWarps][G][2],
+                                                const float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
+  const int hd = p.hd;
+  const int gq = G * hd;
+  const bool direct = n_split == 1;
+  // Per head: the max over warps, each warp's weight exp(m_w − max) (0 for a warp without keys)
+  // and the weighted sum of l — once per head, not per output dim (at 4K context the merge
+  // was most of the kernel's instructions).
   __shared__ float s_f[kAttnWarps][G], s_head[G][2];
   if (int(threadIdx.x) < G) {
     const int h = threadIdx.x;
@@ -149,173 +146,22 @@ __device__ __forceinline__ void merge_warps(int hd, const float (&s_ml)[kAttnWar
     s_head[h][0] = mx, s_head[h][1] = ls;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+  for (int i = threadIdx.x; i < gq; i += blockDim.x) {
     const int h = i / hd, d = i % hd;
+    const float mx = s_head[h][0], ls = s_head[h][1];
     float a = 0.f;
 #pragma unroll
     for (int w = 0; w < kAttnWarps; ++w) a = fmaf(s_acc[w][h][d], s_f[w][h], a);
-    emit(h, d, a, s_head[h][0], s_head[h][1]);
-  }
-}
-
-// Output dim d of query head `head`: the merged accumulator over the merged sum, gated.
-__device__ __forceinline__ void store_gated(const AttnParams& p, int head, int d, float a,
-                                            float ls) {
-  const int hd = p.hd;
-  p.out[size_t(head) * hd + d] = a / ls * sigmoid(p.qg[size_t(head) * 2 * hd + hd + d]);
-}
-
-// Without clusters, the block's result per query head of the group: the gated output (one
-// range) or the range's partial for the combine kernel.
-template <int G>
-__device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int split,
-                                                const float (&s_ml)[kAttnWarps][G][2],
-                                                const float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
-  const int hd = p.hd, n_split = p.n_split;
-  merge_warps<G>(hd, s_ml, s_acc, [&](int h, int d, float a, float mx, float ls) {
-    if (n_split == 1) {
-      store_gated(p, g * G + h, d, a, ls);
+    const int head = g * G + h;
+    if (direct) {
+      const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
+      p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
     } else {
       const size_t slot = (size_t(g) * n_split + split) * G + h;
       p.part_acc[slot * hd + d] = a;
       if (d == 0) p.part_ml[slot * 2] = mx, p.part_ml[slot * 2 + 1] = ls;
     }
-  });
-}
-
-// Split-KV ranges per thread block cluster under the cluster combine (below). 8 is the portable
-// cluster size; 16 would need a non-portable one, which allow_cluster_size then sets.
-constexpr int kClusterRanges = 8;
-
-// Blocks in this block's cluster: 1 when launched without clusters (and in code for GPUs before
-// Hopper, which never launches with them).
-__device__ __forceinline__ int cluster_blocks() {
-#if __CUDA_ARCH__ >= 900
-  return int(cg::this_cluster().num_blocks());
-#else
-  return 1;
-#endif
-}
-
-// The cluster combine (ORCHID_CLUSTER_COMBINE; Hopper): the split-KV merge inside the attention
-// launch, replacing the combine kernel's launch (5.8 µs per attention layer at 4K context in the
-// H200 trace). A KV head's blocks are launched as clusters of C = min(kClusterRanges, n_split)
-// consecutive ranges (the grid's ranges rounded up to whole clusters, the extra ones empty).
-// Each cluster merges its C range partials through distributed shared memory, block r taking the
-// r-th of C slices of the G × hd outputs, so the merge is spread over the cluster. With one
-// cluster per head (n_split ≤ kClusterRanges) that is the gated output. With more, each cluster
-// stores its merged partial (slot: its index among the head's clusters) and every block draws a
-// ticket as finish_argmax does (gemv_core.cuh); the cluster whose block draws the head's last
-// ticket merges the head's ⌈n_split / C⌉ cluster partials (8 at 4K: 64 ranges), read past L1 (which
-// is not coherent), again a slice per block — session 5's merge by the head's last block alone,
-// one block pulling all 64 range partials, lost more than the launch it saved.
-// PRECONDITION: every thread of the launch calls it (cluster barriers).
-template <int G>
-__device__ __forceinline__ void cluster_combine(const AttnParams& p, int g,
-                                                const float (&s_ml)[kAttnWarps][G][2],
-                                                float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
-#if __CUDA_ARCH__ >= 900
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  const int hd = p.hd, gq = G * hd;
-  const int n_cl = int(gridDim.y) / C, cl = int(blockIdx.y) / C;  // clusters per head; this one
-  __shared__ float s_range[G][2];           // this block's range: (max, sum) per head
-  __shared__ float s_w[kClusterRanges][G];  // cluster block r's weight exp(max_r − max) per head
-  __shared__ float s_head[G][2];            // the cluster's (max, sum) per head
-  __shared__ bool s_last;                   // this cluster merges the head's cluster partials
-  // 1. The block's range partial, in place: accumulators into s_acc[0], (max, sum) into s_range.
-  merge_warps<G>(hd, s_ml, s_acc, [&](int h, int d, float a, float mx, float ls) {
-    s_acc[0][h][d] = a;
-    if (d == 0) s_range[h][0] = mx, s_range[h][1] = ls;
-  });
-  if (threadIdx.x == 0) s_last = false;
-  cluster.sync();  // every block's partial is in its shared memory
-  // 2. Per head: the cluster's max, each block's weight (0 for an empty range, and for all of a
-  //    cluster's when every one of its ranges is empty) and the weighted sum of l.
-  if (int(threadIdx.x) < G) {
-    const int h = threadIdx.x;
-    float m[kClusterRanges], l[kClusterRanges], mx = -INFINITY, ls = 0.f;
-#pragma unroll
-    for (int r = 0; r < kClusterRanges; ++r) {
-      m[r] = -INFINITY, l[r] = 0.f;  // past the cluster: weight 0
-      if (r < C) {
-        const float* ml = cluster.map_shared_rank(&s_range[h][0], r);
-        m[r] = ml[0], l[r] = ml[1];
-      }
-      mx = fmaxf(mx, m[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < kClusterRanges; ++r) {
-      const float f = m[r] == -INFINITY ? 0.f : expf(m[r] - mx);
-      s_w[r][h] = f;
-      ls = fmaf(l[r], f, ls);
-    }
-    s_head[h][0] = mx, s_head[h][1] = ls;
   }
-  __syncthreads();
-  // 3. This block's slice of the outputs from the cluster's accumulators.
-  const float* acc_r[kClusterRanges];  // block r's s_acc[0]
-#pragma unroll
-  for (int r = 0; r < kClusterRanges; ++r)
-    acc_r[r] = r < C ? cluster.map_shared_rank(&s_acc[0][0][0], r) : nullptr;
-  const int per = (gq + C - 1) / C, i_begin = rank * per, i_end = min(gq, i_begin + per);
-  for (int i = i_begin + threadIdx.x; i < i_end; i += blockDim.x) {
-    const int h = i / hd, d = i % hd;
-    float a = 0.f;
-#pragma unroll
-    for (int r = 0; r < kClusterRanges; ++r)
-      if (r < C) a = fmaf(acc_r[r][h * kMaxHeadDim + d], s_w[r][h], a);
-    if (n_cl == 1) {
-      store_gated(p, g * G + h, d, a, s_head[h][1]);
-    } else {
-      const size_t slot = (size_t(g) * n_cl + cl) * G + h;
-      p.part_acc[slot * hd + d] = a;
-      if (d == 0) p.part_ml[slot * 2] = s_head[h][0], p.part_ml[slot * 2 + 1] = s_head[h][1];
-    }
-  }
-  if (n_cl == 1) {
-    cluster.sync();  // no block leaves while another still reads its shared memory
-    return;
-  }
-  // 4. Tickets: [g] counts the head's blocks whose cluster partial is stored.
-  __threadfence();  // this thread's stores are visible device-wide before the ticket
-  __syncthreads();  // ... every thread's
-  if (threadIdx.x == 0 && atomicAdd(p.ticket + g, 1u) == gridDim.y - 1) {
-    __threadfence();   // the other blocks' partials are read after their tickets
-    p.ticket[g] = 0u;  // every block of the head has drawn: zero for the next launch
-    for (int r = 0; r < C; ++r) *cluster.map_shared_rank(&s_last, r) = true;
-  }
-  cluster.sync();  // s_last is final (and the barrier passes the fence above on to the cluster)
-  if (!s_last) return;
-  // 5. The head's last cluster: this block's slice of the merge of the n_cl cluster partials.
-  //    Cluster 0 holds key 0, so the max is finite and an empty cluster weighs exp(-inf) = 0.
-  const float* ml = p.part_ml + size_t(g) * n_cl * G * 2;  // cluster c, head h at (c·G + h)·2
-  const float* acc = p.part_acc + size_t(g) * n_cl * G * hd;
-  for (int i = i_begin + threadIdx.x; i < i_end; i += blockDim.x) {
-    const int h = i / hd, d = i % hd;
-    float mx = -INFINITY;
-    for (int c = 0; c < n_cl; ++c) mx = fmaxf(mx, __ldcg(ml + (c * G + h) * 2));
-    float ls = 0.f, a = 0.f;
-#pragma unroll 4
-    for (int c = 0; c < n_cl; ++c) {
-      const float f = expf(__ldcg(ml + (c * G + h) * 2) - mx);
-      ls = fmaf(__ldcg(ml + (c * G + h) * 2 + 1), f, ls);
-      a = fmaf(__ldcg(acc + size_t(c * G + h) * hd + d), f, a);
-    }
-    store_gated(p, g * G + h, d, a, ls);
-  }
-#endif
-}
-
-// The block's end, after its warps' merge inputs are in shared memory.
-template <int G>
-__device__ __forceinline__ void finish_range(const AttnParams& p, int g, int split,
-                                             const float (&s_ml)[kAttnWarps][G][2],
-                                             float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
-  if (cluster_blocks() > 1)
-    cluster_combine<G>(p, g, s_ml, s_acc);
-  else
-    merge_and_store<G>(p, g, split, s_ml, s_acc);
 }
 
 template <int G>
@@ -324,9 +170,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && *p.halt) return;
-  // With clusters the grid may hold more ranges than n_split: those past it start past the last
-  // key (split · tiles_per ≥ n_tiles) and are empty.
-  const int g = blockIdx.x, split = blockIdx.y, n_split = p.n_split;
+  const int g = blockIdx.x, split = blockIdx.y, n_split = gridDim.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = p.hd, nkv = p.n_head_kv;
   const int n_keys = *p.pos + 1;
@@ -422,7 +266,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       for (int e = 0; e < 8; ++e) s_acc[warp][h][lane * 8 + e] = acc[h][e];
   }
   __syncthreads();
-  finish_range<G>(p, g, split, s_ml, s_acc);
+  merge_and_store<G>(p, g, split, n_split, s_ml, s_acc);
 }
 
 // The same on tensor cores (ORCHID_MMA_ATTENTION=0: the kernel above), for head sizes 64, 128,
@@ -466,7 +310,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   constexpr int kMt = HD / 16;      // 16-dim output tiles (P·V)
   constexpr int kWords = HD / 16;   // bf16 pairs of a row a lane reads for P·V
   constexpr int RS = stage_row<HD>();
-  const int g = blockIdx.x, split = blockIdx.y, n_split = p.n_split;  // ranges as attention_kernel
+  const int g = blockIdx.x, split = blockIdx.y, n_split = gridDim.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, t = lane & 3;
   const int nkv = p.n_head_kv;
   const int n_keys = *p.pos + 1;
@@ -635,7 +479,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       s_acc[warp][2 * t + 1][d_lo] = acc[i][1], s_acc[warp][2 * t + 1][d_hi] = acc[i][3];
   }
   __syncthreads();
-  finish_range<G>(p, g, split, s_ml, s_acc);
+  merge_and_store<G>(p, g, split, n_split, s_ml, s_acc);
 }
 
 // Merges the per-range partials of every (KV head, group head) and applies the output gate.
@@ -680,29 +524,8 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
   p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
 }
 
-std::atomic<bool> g_attention_mma{true}, g_attention_cluster_combine{true};
-
-// Ranges per cluster: min(kClusterRanges, n_split) under the cluster combine; 1 (no clusters: the
-// combine kernel merges) with one range, the switch off, or no Hopper code for the device.
-int cluster_ranges(const AttnParams& p) {
-  if (p.n_split == 1 || !attention_cluster_combine_enabled() || !pdl_supported()) return 1;
-  return std::min(kClusterRanges, p.n_split);
-}
-
-// Clusters past the portable 8 blocks must be allowed per kernel (set on every launch, as the
-// shared memory size below, so it holds for whichever device is current).
-template <class Kernel>
-Status allow_cluster_size(Kernel kernel, const char* what) {
-  if (kClusterRanges <= 8) return {};
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      e != cudaSuccess)
-    return err(what, ": ", cudaGetErrorString(e));
-  return {};
-}
-
 template <int G, int HD>
-Status launch_mma(const AttnParams& p, dim3 grid, dim3 block, dim3 cluster, cudaStream_t s) {
+Status launch_mma(const AttnParams& p, dim3 grid, dim3 block, cudaStream_t s) {
   constexpr size_t smem = attention_mma_smem<G, HD>();
   // More than the default 48 KB of dynamic shared memory must be allowed explicitly.
   // Set on every launch (cheap), so it holds for whichever device is current.
@@ -710,33 +533,29 @@ Status launch_mma(const AttnParams& p, dim3 grid, dim3 block, dim3 cluster, cuda
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       e != cudaSuccess)
     return err("attention (mma): ", cudaGetErrorString(e));
-  ORCHID_TRY(allow_cluster_size(attention_mma_kernel<G, HD>, "attention (mma)"));
-  return launch_clusters("attention (mma)", attention_mma_kernel<G, HD>, grid, block, cluster, smem,
-                         s, p);
+  return launch("attention (mma)", attention_mma_kernel<G, HD>, grid, block, smem, s, p);
 }
 
 template <int G>
 Status launch_scores(const AttnParams& p, cudaStream_t s) {
-  // Whole clusters: ranges past n_split are empty blocks.
-  const int c = cluster_ranges(p);
-  const dim3 grid(p.n_head_kv, (p.n_split + c - 1) / c * c), block(kAttnWarps * 32),
-      cluster(1, c, 1);
+  const dim3 grid(p.n_head_kv, p.n_split), block(kAttnWarps * 32);
   if (attention_mma_enabled()) {
-    if (p.hd == 256) return launch_mma<G, 256>(p, grid, block, cluster, s);
-    if (p.hd == 128) return launch_mma<G, 128>(p, grid, block, cluster, s);
-    if (p.hd == 64) return launch_mma<G, 64>(p, grid, block, cluster, s);
+    if (p.hd == 256) return launch_mma<G, 256>(p, grid, block, s);
+    if (p.hd == 128) return launch_mma<G, 128>(p, grid, block, s);
+    if (p.hd == 64) return launch_mma<G, 64>(p, grid, block, s);
   }
-  ORCHID_TRY(allow_cluster_size(attention_kernel<G>, "attention"));
-  return launch_clusters("attention", attention_kernel<G>, grid, block, cluster, 0, s, p);
+  return launch("attention", attention_kernel<G>, grid, block, 0, s, p);
 }
 
 template <int G>
 Status launch_g(const AttnParams& p, cudaStream_t s) {
   ORCHID_TRY(launch_scores<G>(p, s));
-  if (p.n_split == 1 || cluster_ranges(p) > 1) return {};
+  if (p.n_split == 1) return {};
   return launch("attention combine", attention_combine_kernel, dim3(p.n_head_kv * G),
                 dim3((p.hd + 31) / 32 * 32 * kCombineParts), 0, s, p, G);
 }
+
+std::atomic<bool> g_attention_mma{true};
 
 }  // namespace
 
@@ -745,12 +564,6 @@ bool attention_mma_enabled() {
 }
 void set_attention_mma_enabled(bool on) {
   g_attention_mma.store(on, std::memory_order_relaxed);
-}
-bool attention_cluster_combine_enabled() {
-  return g_attention_cluster_combine.load(std::memory_order_relaxed);
-}
-void set_attention_cluster_combine_enabled(bool on) {
-  g_attention_cluster_combine.store(on, std::memory_order_relaxed);
 }
 
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s) {
@@ -769,9 +582,6 @@ Status launch_attention_decode(const AttnParams& p, cudaStream_t s) {
   const int group = p.n_head / p.n_head_kv;
   if (p.n_split > 1 && (!p.part_acc || !p.part_ml))
     return err("attention: split-KV buffers missing");
-  if (const int c = cluster_ranges(p); c > 1 && p.n_split > c && !p.ticket)
-    return err("attention: ", p.n_split, " ranges in clusters of ", c,
-               " need ticket counters (AttnParams::ticket)");
   switch (group) {
     case 1:
       return launch_g<1>(p, s);

@@ -30,7 +30,6 @@ Switches Switches::from_env() {
   Switches s;
   s.graph = !env_off("ORCHID_CUDA_GRAPH");
   s.split_kv = !env_off("ORCHID_SPLIT_KV");
-  s.cluster_combine = !env_off("ORCHID_CLUSTER_COMBINE");
   s.pdl = !env_off("ORCHID_PDL");
   s.fused_norm = !env_off("ORCHID_FUSED_NORM");
   s.mma = !env_off("ORCHID_MMA");
@@ -68,15 +67,13 @@ void Switches::apply() const {
   set_dp4a_enabled(dp4a);
   set_stream_enabled(stream_lm_head);
   set_attention_mma_enabled(mma_attention);
-  set_attention_cluster_combine_enabled(cluster_combine);
 }
 
 std::string Switches::graph_key() const {
   return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" + std::to_string(mma) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
          std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
-         std::to_string(fused_qk) + "/" + std::to_string(stream_lm_head) + "/" +
-         std::to_string(cluster_combine);
+         std::to_string(fused_qk) + "/" + std::to_string(stream_lm_head);
 }
 
 CudaState::~CudaState() {
@@ -135,11 +132,6 @@ Status CudaBackend::init() {
   ORCHID_ALLOC(partial_, float, 2 * 4096);
   ORCHID_ALLOC(part_acc_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * hd);
   ORCHID_ALLOC(part_ml_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * 2);
-  // One set of counters for every attention layer and step, like the partials: each launch's
-  // last block per KV head resets its counter before the grid ends, and the next attention
-  // launch touches them only after its grid_dep_wait() (as does every kernel in between, before
-  // it writes or ends), so the reset is complete and visible by then, with PDL too.
-  ORCHID_ALLOC(attn_ticket_, unsigned, c_.n_head_kv);
   ORCHID_ALLOC(token_, int, 1);
   ORCHID_ALLOC(prompt_, int, kPromptChunk);
   ORCHID_ALLOC(stop_ids_, int, kMaxStop);

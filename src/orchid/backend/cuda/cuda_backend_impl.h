@@ -37,9 +37,7 @@ struct MoeRouting;  // prefill_kernels.h
 // wait, the expert down rows before the gate/up launch ends: one design, measured as one);
 // ORCHID_FUSED_EXPERT=0 forms SiLU(gate)·up and the weighted residual sum in kernels of their own
 // instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
-// write as three kernels instead of one; ORCHID_CLUSTER_COMBINE=0 merges the split-KV ranges in a
-// combine kernel of its own instead of inside the attention launch (thread block clusters merging
-// through distributed shared memory, then the last cluster per KV head; Hopper code only).
+// write as three kernels instead of one.
 // Prefill (cuda_prefill.cpp): ORCHID_PREFILL=0 runs a prompt as one decode step per token instead
 // of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default 8192 tokens:
 // measured 1.5-4.7 % faster than 4096 from 8K to 128K for 1.25 GiB more buffers, and 16384 no
@@ -86,7 +84,6 @@ struct Switches {
   bool mma_attention = true;
   bool fused_routing = true;
   bool split_kv = true;
-  bool cluster_combine = true;
   bool pdl = true;
   bool fused_norm = true;
   int keys_per_split = 128;
@@ -269,9 +266,6 @@ class CudaBackend final : public Backend {
   // The unfused variants' scratch (ORCHID_FUSED_EXPERT=0, ORCHID_FUSED_QK=0).
   float *gate_up_raw_ = nullptr, *slot_out_ = nullptr, *k_work_ = nullptr;
   float *partial_ = nullptr, *part_acc_ = nullptr, *part_ml_ = nullptr;
-  // [n_head_kv] the cluster combine's counters of blocks done per KV head (AttnParams::ticket):
-  // zeroed at allocation, left zero by every launch (see init()).
-  unsigned* attn_ticket_ = nullptr;
   float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
   int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;

@@ -128,7 +128,6 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   const cuda::Switches base = be->switches();
   out["switches"] = {{"cuda_graph", base.graph},
                      {"split_kv", base.split_kv},
-                     {"cluster_combine", base.cluster_combine},
                      {"pdl", base.pdl},
                      {"fused_norm", base.fused_norm},
                      {"mma", base.mma},
@@ -171,7 +170,6 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
     static constexpr std::pair<const char*, bool cuda::Switches::*> kSwitches[] = {
         {"cuda_graph", &cuda::Switches::graph},
         {"split_kv", &cuda::Switches::split_kv},
-        {"cluster_combine", &cuda::Switches::cluster_combine},
         {"pdl", &cuda::Switches::pdl},
         {"fused_norm", &cuda::Switches::fused_norm},
         {"mma", &cuda::Switches::mma},

@@ -73,7 +73,7 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
       a.inv_freq = m.inv_freq, a.eps = c_.rms_norm_eps;
       a.n_head = c_.n_head, a.n_head_kv = c_.n_head_kv, a.hd = c_.head_dim, a.n_rot = c_.n_rot;
       a.kc = st.kc[size_t(l)], a.vc = st.vc[size_t(l)], a.pos = st.d_pos, a.out = attn_;
-      a.n_split = n_split, a.part_acc = part_acc_, a.part_ml = part_ml_, a.ticket = attn_ticket_;
+      a.n_split = n_split, a.part_acc = part_acc_, a.part_ml = part_ml_;
       a.halt = halt;
       if (!sw_.fused_qk) a.k_work = k_work_;
       ORCHID_TRY(launch_qk_norm_rope_kv(a, stream_));

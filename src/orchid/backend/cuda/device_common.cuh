@@ -28,38 +28,22 @@ __device__ __forceinline__ void grid_dep_release() {
 #endif
 }
 
-// Launches `kernel` on `s` as thread block clusters of `cluster` blocks (1×1×1: none; other sizes
-// need Hopper code, which the caller checks with pdl_supported()), with programmatic dependent
-// launch when enabled.
+// Launches `kernel` on `s`, with programmatic dependent launch when enabled.
 template <class... KernelParams, class... Args>
-Status launch_clusters(const char* what, void (*kernel)(KernelParams...), dim3 grid, dim3 block,
-                       dim3 cluster, size_t smem, cudaStream_t s, Args&&... args) {
+Status launch(const char* what, void (*kernel)(KernelParams...), dim3 grid, dim3 block, size_t smem,
+              cudaStream_t s, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  cfg.attrs = attr;
+  cudaLaunchAttribute attr[1];
   if (pdl_enabled() && pdl_supported()) {
-    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
-    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a.val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster.x * cluster.y * cluster.z > 1) {
-    cudaLaunchAttribute& a = attr[cfg.numAttrs++];
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = cluster.x, a.val.clusterDim.y = cluster.y, a.val.clusterDim.z = cluster.z;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
   }
   if (cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
       e != cudaSuccess)
     return err(what, ": ", cudaGetErrorString(e));
   return {};
-}
-
-// Launches `kernel` on `s`, with programmatic dependent launch when enabled.
-template <class... KernelParams, class... Args>
-Status launch(const char* what, void (*kernel)(KernelParams...), dim3 grid, dim3 block, size_t smem,
-              cudaStream_t s, Args&&... args) {
-  return launch_clusters(what, kernel, grid, block, dim3(1, 1, 1), smem, s,
-                         std::forward<Args>(args)...);
 }
 
 // Blocks of `kernel` (with `threads` threads, `smem` dynamic shared bytes) one SM holds at once.

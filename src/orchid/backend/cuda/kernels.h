@@ -146,26 +146,17 @@ struct AttnParams {
   int n_split = 1;            // KV ranges per KV head; > 1 needs the two buffers below
   float* part_acc = nullptr;  // [n_head_kv, n_split, group, hd]
   float* part_ml = nullptr;   // [n_head_kv, n_split, group, 2] (max, sum)
-  // The cluster combine with more ranges than one cluster holds: [n_head_kv] counters of the
-  // head's blocks done, zero before the launch and left zero by it (its last block resets them).
-  unsigned* ticket = nullptr;
   const int* halt = nullptr;
 };
 // Largest GQA group and head size the attention kernel handles.
 constexpr int kMaxGqaGroup = 8, kMaxHeadDim = 256;
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s);
-// The attention kernel, then (n_split > 1, without the cluster combine) the kernel merging the
-// ranges.
+// The attention kernel, then (n_split > 1) the kernel merging the ranges.
 Status launch_attention_decode(const AttnParams& p, cudaStream_t s);
 // Whether decode attention multiplies on the tensor cores (default; head sizes 64, 128, 256) or
 // on the CUDA cores. Process-wide; the backend sets it from its switch.
 bool attention_mma_enabled();
 void set_attention_mma_enabled(bool on);
-// Whether the attention kernel merges the split-KV ranges itself, through thread block clusters
-// (default; Hopper code only, elsewhere the combine kernel runs), or leaves them to the combine
-// kernel. Process-wide; the backend sets it from its switch.
-bool attention_cluster_combine_enabled();
-void set_attention_cluster_combine_enabled(bool on);
 
 // ---- Gated DeltaNet (one token) -------------------------------------------------------------
 
