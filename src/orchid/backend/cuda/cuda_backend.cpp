@@ -19,10 +19,6 @@ bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
 }
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0);
-}
 
 }  // namespace
 
@@ -45,7 +41,7 @@ Switches Switches::from_env() {
   s.prefill = !env_off("ORCHID_PREFILL");
   s.exact_prefill = !env_off("ORCHID_EXACT_PREFILL");
   s.fused_dequant = !env_off("ORCHID_FUSED_DEQUANT");
-  s.gemm_ws = env_on("ORCHID_GEMM_WS");
+  s.gemm_ws = !env_off("ORCHID_GEMM_WS");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   s.wgmma_attention = !env_off("ORCHID_WGMMA_ATTENTION");
   s.attn_pingpong = !env_off("ORCHID_ATTN_PINGPONG");

@@ -166,9 +166,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         // The dequantisation ablation exists on the fp16 path only: compare with exact_prefill_off.
         {"fused_dequant_off",
          [](cuda::Switches& s) { s.exact_prefill = false, s.fused_dequant = false; }},
-        // The warp-specialised exact q4 GEMMs against the single-role ones (whichever is not the
-        // base: ORCHID_GEMM_WS).
-        {"gemm_ws_flipped", [](cuda::Switches& s) { s.gemm_ws = !s.gemm_ws; }},
+        // The single-role wgmma tiles instead of the warp-specialised exact q4 GEMMs.
+        {"gemm_ws_off", [](cuda::Switches& s) { s.gemm_ws = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},
