@@ -251,13 +251,16 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   // Rows per tile from the average routed rows per expert (the shared expert takes all T), by the
   // measured ablation on the exact path (bench/results/cuda-prefill-2026-11-30-s7.json, tok/s with
   // 16 / 32 / 64 / 128-row tiles): 512 tokens (16 rows per expert) 9.7K / 10.4K / 9.1K / 6.4K,
-  // 2K (64) 14.1K / 16.7K / 18.2K / 16.1K, 8K in chunks of 4K (128) 14.8K / 17.7K / 19.6K / 18.9K.
+  // 2K (64) 14.1K / 16.7K / 18.2K / 16.1K, 8K in chunks of 4K (128) 14.8K / 17.7K / 19.6K / 18.9K;
+  // with the warp-specialised 128-row tiles (session 8, cuda-prefill-2026-11-30-s8-tiles.json)
+  // 128 rows win from 96 per expert: 3K 21.4K / 21.8K (64 / 128 rows), 4K 22.3K / 22.9K, 6K
+  // 22.8K / 23.5K, while 2K keeps 64 (19.8K / 18.7K).
   const int per_expert = T * c_.n_expert_used / std::max(E, 1);
   const int t = sw_.prefill_tile;
   r.tile_rows = t == 16 || t == 32 || t == 64 || t == 128 ? t
                 : per_expert <= 4                         ? 16
                 : per_expert <= 16                        ? 32
-                : per_expert <= 128                       ? 64
+                : per_expert <= 64                        ? 64
                                                           : 128;
   r.max_tiles = P.max_tiles, r.n_tiles = P.n_tiles;
   r.tile_expert = P.tile_expert, r.tile_begin = P.tile_begin, r.tile_end = P.tile_end;
