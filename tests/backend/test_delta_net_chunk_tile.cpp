@@ -224,19 +224,22 @@ void emulate_block(const Tiles& t, int dk, int dv, int T, int c0, bool land_at_i
   };
 
   std::vector<Warp> warps(kScanWarps);
-  issue(1, 0);
-  for (int wi = 0; wi < kScanWarps; ++wi) {
-    Warp& w = warps[size_t(wi)];
+  // f(register, state row, state column) over warp wi's state accumulators (Sᵀ fragments).
+  auto each_state = [&](int wi, auto&& f) {
     const int m = col_tile(wi), b = blk(wi);
     for (int np = 0; np < 2; ++np)
       for (int i = 0; i < 2; ++i)
         for (int l = 0; l < 32; ++l)
-          for (int e = 0; e < 4; ++e) {
-            const int row = 32 * b + 16 * np + 8 * i + acc_col(l, e), col = 16 * m + acc_row(l, e);
-            w.st[np][i][size_t(l)][size_t(e)] =
-                row < dk && c0 + col < dv ? S[size_t(row) * dv + c0 + col] : 0.f;
-          }
-    put_s_frags(sm, w, m, b);
+          for (int e = 0; e < 4; ++e)
+            f(warps[size_t(wi)].st[np][i][size_t(l)][size_t(e)],
+              32 * b + 16 * np + 8 * i + acc_col(l, e), 16 * m + acc_row(l, e));
+  };
+  issue(1, 0);
+  for (int wi = 0; wi < kScanWarps; ++wi) {
+    each_state(wi, [&](float& r, int row, int col) {
+      r = row < dk && c0 + col < dv ? S[size_t(row) * dv + c0 + col] : 0.f;
+    });
+    put_s_frags(sm, warps[size_t(wi)], col_tile(wi), blk(wi));
   }
 
   for (int c = 0; c < t.n; ++c) {
@@ -335,18 +338,10 @@ void emulate_block(const Tiles& t, int dk, int dv, int T, int c0, bool land_at_i
       put_s_frags(sm, w, m, b);
     }
   }
-  for (int wi = 0; wi < kScanWarps; ++wi) {
-    const Warp& w = warps[size_t(wi)];
-    const int m = col_tile(wi), b = blk(wi);
-    for (int np = 0; np < 2; ++np)
-      for (int i = 0; i < 2; ++i)
-        for (int l = 0; l < 32; ++l)
-          for (int e = 0; e < 4; ++e) {
-            const int row = 32 * b + 16 * np + 8 * i + acc_col(l, e), col = 16 * m + acc_row(l, e);
-            if (row < dk && c0 + col < dv)
-              S[size_t(row) * dv + c0 + col] = w.st[np][i][size_t(l)][size_t(e)];
-          }
-  }
+  for (int wi = 0; wi < kScanWarps; ++wi)
+    each_state(wi, [&](float& r, int row, int col) {
+      if (row < dk && c0 + col < dv) S[size_t(row) * dv + c0 + col] = r;
+    });
 }
 
 // ---- Inputs and the reference

@@ -365,23 +365,11 @@ Status launch_wgmma(const AttnPrefillParams& p, AttnSchedule schedule, cudaStrea
 }  // namespace
 
 bool attention_prefill_wgmma_supported(int hd) {
-  static const bool device_ok = [] {
-    int dev = 0, optin = 0;
-    cudaDeviceProp prop{};
-    cudaFuncAttributes a{};
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess ||
-        cudaFuncGetAttributes(
-            &a, kernel_flash_attention_prefill_wgmma<256, AttnSchedule::pingpong>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    // A compute capability 9.0 device running the sm_90a code (not sm_80 code through PTX JIT),
-    // with the shared memory of the largest tile.
-    return prop.major == 9 && prop.minor == 0 && a.ptxVersion >= 90 &&
-           optin >= int(AttnWgmmaTile<256>::kSmem);
-  }();
+  // The largest tile's shared memory (hd 256).
+  static const bool device_ok =
+      sm90a_kernel_runs(reinterpret_cast<const void*>(
+                            kernel_flash_attention_prefill_wgmma<256, AttnSchedule::pingpong>),
+                        AttnWgmmaTile<256>::kSmem);
   return device_ok && (hd == 64 || hd == 128 || hd == 256);
 }
 

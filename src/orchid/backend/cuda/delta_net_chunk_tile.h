@@ -4,13 +4,7 @@
 // fragment register holds, and the shared-memory slots through which warps hand fragments on.
 #pragma once
 
-#ifndef ORCHID_HOST_DEVICE
-#ifdef __CUDACC__
-#define ORCHID_HOST_DEVICE __host__ __device__
-#else
-#define ORCHID_HOST_DEVICE
-#endif
-#endif
+#include "orchid/backend/cuda/host_device.h"
 
 namespace orchid::cuda::gdn_chunk {
 

@@ -133,20 +133,8 @@ __global__ void kernel_dequant_f16(const __grid_constant__ DevMatrix w, uint16_t
 
 bool gemm_ws_enabled() {
   if (!g_ws.load(std::memory_order_relaxed)) return false;
-  static const bool device_ok = [] {
-    int dev = 0, optin = 0;
-    cudaDeviceProp prop{};
-    cudaFuncAttributes a{};
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess ||
-        cudaFuncGetAttributes(&a, kernel_gemm<WsCfg>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    // A compute capability 9.0 device running the sm_90a code (not sm_80 code through PTX JIT).
-    return prop.major == 9 && prop.minor == 0 && a.ptxVersion >= 90 && optin >= WsCfg::kSmem;
-  }();
+  static const bool device_ok =
+      sm90a_kernel_runs(reinterpret_cast<const void*>(kernel_gemm<WsCfg>), WsCfg::kSmem);
   return device_ok;
 }
 void set_gemm_ws_enabled(bool on) {

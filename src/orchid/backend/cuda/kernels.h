@@ -7,13 +7,8 @@
 
 #include <cstdint>
 
+#include "orchid/backend/cuda/host_device.h"
 #include "orchid/util/status.h"
-
-#ifdef __CUDACC__
-#define ORCHID_HOST_DEVICE __host__ __device__
-#else
-#define ORCHID_HOST_DEVICE
-#endif
 
 namespace orchid::cuda {
 
@@ -187,6 +182,10 @@ void set_pdl_enabled(bool on);
 // Whether this device runs kernel code with the dependency instructions (Hopper code on a
 // compute capability 9.x device); otherwise launches never overlap. Cached.
 bool pdl_supported();
+// Whether `kernel` (an sm_90a kernel: wgmma, setmaxnreg) runs here as such — a compute capability
+// 9.0 device running its sm_90a code, not sm_80 code through PTX JIT — with `smem` bytes of
+// dynamic shared memory allowed a block. Not cached: its callers cache it.
+bool sm90a_kernel_runs(const void* kernel, size_t smem);
 // Whether q4 GEMVs (group 64) of at least mma_min_rows() rows (default 32768: the lm_head) that
 // the streaming kernel does not take multiply on the tensor cores (default) or dequantize on the
 // CUDA cores (the ablation).

@@ -40,6 +40,19 @@ bool pdl_supported() {
   return ok;
 }
 
+bool sm90a_kernel_runs(const void* kernel, size_t smem) {
+  int dev = 0, optin = 0;
+  cudaDeviceProp prop{};
+  cudaFuncAttributes a{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return prop.major == 9 && prop.minor == 0 && a.ptxVersion >= 90 && size_t(optin) >= smem;
+}
+
 int resident_blocks(const void* kernel, int threads, size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, size_t>, int> cache;

@@ -7,13 +7,7 @@
 
 #include <cstdint>
 
-#ifndef ORCHID_HOST_DEVICE
-#ifdef __CUDACC__
-#define ORCHID_HOST_DEVICE __host__ __device__
-#else
-#define ORCHID_HOST_DEVICE
-#endif
-#endif
+#include "orchid/backend/cuda/host_device.h"
 
 namespace orchid::cuda {
 
