@@ -194,6 +194,13 @@ struct WsMode {
   ~WsMode() { cuda::set_gemm_ws_enabled(saved); }
 };
 
+// Sets the tiles' grid order for a scope (gemm_tile.cuh's TileOrder), restoring it after.
+struct OrderMode {
+  bool saved = cuda::gemm_n_first_enabled();
+  explicit OrderMode(bool n_first) { cuda::set_gemm_n_first_enabled(n_first); }
+  ~OrderMode() { cuda::set_gemm_n_first_enabled(saved); }
+};
+
 // ---- Dense projections ------------------------------------------------------------------------
 
 enum class Add { none, separate, in_place };
@@ -394,6 +401,20 @@ TEST(CudaGemmExact, WarpSpecialisedMatchesReference) {
   run_gemm({DevFormat::q4, 2100, 4096, 256, 64, 0, Add::none, true, true, true});
   run_gemm({DevFormat::q4, 100, 192, 512, 128, 8, Add::none, true, true, true});
   run_gemm({DevFormat::q8, 100, 257, 1024, 64, 0, Add::separate, true, true, true});
+}
+
+// Both grid orders (the default takes column tiles first; the other tests run it): row tiles
+// first on the warp-specialised and the single-role tiles, several row and column tiles.
+TEST(CudaGemmExact, RowTilesFirstMatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  for (bool n_first : {false, true}) {
+    const OrderMode order(n_first);
+    for (bool ws : {false, true}) {
+      run_gemm({DevFormat::q4, 257, 320, 512, 64, 8, Add::separate, true, true, ws});
+      run_gemm({DevFormat::q4, 2100, 4096, 256, 64, 0, Add::none, true, true, ws});
+    }
+    run_gemm({DevFormat::q4, 300, 257, 1024, 32, 0, Add::in_place, true, false});
+  }
 }
 
 TEST(CudaGemmExact, RejectsSmallGroupsAndMisalignedRemainders) {
@@ -707,6 +728,18 @@ TEST(CudaExpertsExact, WarpSpecialisedMatchesReference) {
   run_experts({DevFormat::q4, 1, 8, 3, 320, 192, 128, 64, true, 64, true});
   run_experts({DevFormat::q4, 150, 4, 3, 2048, 512, 128, 64, true, 64, true});
   run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 32, true, 64, true});
+}
+
+// Both grid orders on the experts' tiles (64- and 128-row, warp-specialised or not).
+TEST(CudaExpertsExact, RowTilesFirstMatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  for (bool n_first : {false, true}) {
+    const OrderMode order(n_first);
+    for (bool ws : {false, true}) {
+      run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, true, 64, ws});
+      run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 64, 64, true, 64, ws});
+    }
+  }
 }
 
 TEST(CudaExperts, RejectsBadRouting) {

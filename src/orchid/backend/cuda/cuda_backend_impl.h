@@ -58,6 +58,9 @@ struct MoeRouting;  // prefill_kernels.h
 // 128-row tiles) on the single-role wgmma tiles instead of the warp-specialised Hopper tiles
 // (gemm_ws.cuh: a producer warpgroup copies and converts the codes behind mbarriers, two consumer
 // warpgroups multiply and fold; sm_90a only, elsewhere no effect; +9.6 % at 8K, session 8);
+// ORCHID_TILE_N_FIRST=0 orders the tile GEMMs' blocks (dense and experts) row tiles first, as
+// before session 9, instead of column tiles first (gemm_tile.cuh's TileOrder: A's rows then come
+// from DRAM about once instead of once per column tile);
 // ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
 // ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
 // the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
@@ -92,6 +95,7 @@ struct Switches {
   bool exact_prefill = true;
   bool fused_dequant = true;
   bool gemm_ws = true;
+  bool tile_n_first = true;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;

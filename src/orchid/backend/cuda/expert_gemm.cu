@@ -35,6 +35,7 @@ struct GateUpArgs {
   Tiles t;
   uint16_t* act;     // [pairs, n_ff] fp16
   uint16_t* act_lo;  // [pairs, n_ff] fp16 remainder, or null
+  TileOrder order;
 };
 
 struct DownArgs {
@@ -44,6 +45,7 @@ struct DownArgs {
   int64_t act_lo;
   Tiles t;
   float* slot_out;  // [T, n_slot, n_embd]
+  TileOrder order;
 };
 
 // B row r of a block whose matrix rows start at `row0` (valid while r < n): unit pointer and
@@ -55,16 +57,16 @@ __device__ __forceinline__ void set_b(TileSrc<Cfg>& src, int q, const DevMatrix&
   src.sb[q] = Cfg::kHasSb && valid ? w.sb + row * sb_stride : nullptr;
 }
 
-// Block: tile blockIdx.x, gate/up columns [64 · blockIdx.y, +64); B rows [0, 64) of the tile
-// are gate rows, [64, 128) the up rows of the same columns.
+// Block: tile i, gate/up columns [64 · j, +64) (i, j: TileOrder); B rows [0, 64) of the tile are
+// gate rows, [64, 128) the up rows of the same columns.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     kernel_expert_gate_up(const __grid_constant__ GateUpArgs p) {
   extern __shared__ __align__(1024) char smem[];
-  const int tile = blockIdx.x;
+  const int tile = p.order.row_tile();
   if (tile >= *p.t.n_tiles) return;
   const int tid = threadIdx.x, e = p.t.expert[tile], j0 = p.t.begin[tile];
-  const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = blockIdx.y * (Cfg::BN / 2);
+  const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = p.order.col_tile() * (Cfg::BN / 2);
   TileSrc<Cfg> src;
   src.k = p.k, src.sb_shift = p.sb_shift, src.lo = p.x_lo;
 #pragma unroll
@@ -96,15 +98,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   });
 }
 
-// Block: tile blockIdx.x, output columns [128 · blockIdx.y, +128); A = the tile's act rows.
+// Block: tile i, output columns [128 · j, +128) (i, j: TileOrder); A = the tile's act rows.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     kernel_expert_down(const __grid_constant__ DownArgs p) {
   extern __shared__ __align__(1024) char smem[];
-  const int tile = blockIdx.x;
+  const int tile = p.order.row_tile();
   if (tile >= *p.t.n_tiles) return;
   const int tid = threadIdx.x, e = p.t.expert[tile], j0 = p.t.begin[tile];
-  const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = blockIdx.y * Cfg::BN;
+  const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = p.order.col_tile() * Cfg::BN;
   TileSrc<Cfg> src;
   src.k = p.n_ff, src.sb_shift = p.sb_shift, src.lo = p.act_lo;
 #pragma unroll
@@ -245,9 +247,11 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
     return err("expert gate/up: x_lo and act_lo come together, 16-byte aligned");
   if (exact) ORCHID_TRY(tile_exact_group(g, "expert gate/up"));
   if (p.r->max_tiles == 0) return {};
+  const TileOrder order{gemm_n_first_enabled()};
   const GateUpArgs a{
-      g, u, p.n_ff, g.cols, *shift, p.x, lo_offset(p.x, p.x_lo), tiles_of(*p.r), p.act, p.act_lo};
-  const dim3 grid(p.r->max_tiles, (p.n_ff + 63) / 64);
+      g,     u,        p.n_ff, g.cols, *shift, p.x, lo_offset(p.x, p.x_lo), tiles_of(*p.r),
+      p.act, p.act_lo, order};
+  const dim3 grid = order.grid(p.r->max_tiles, (p.n_ff + 63) / 64);
   return launch_format<GateUpKernel, true>(g.fmt, exact, p.r->tile_rows, grid, a, s,
                                            "expert gate/up");
 }
@@ -268,9 +272,10 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   if (exact) ORCHID_TRY(tile_exact_group(d, "expert down"));
   if (p.r->max_tiles == 0) return {};
   const int64_t lo = lo_offset(p.act, p.act_lo);
-  const DownArgs a{d,     p.n_embd, p.n_ff,         *shift,    p.r->top_k + 1,
-                   p.act, lo,       tiles_of(*p.r), p.slot_out};
-  const dim3 grid(p.r->max_tiles, (p.n_embd + 127) / 128);
+  const TileOrder order{gemm_n_first_enabled()};
+  const DownArgs a{d,     p.n_embd, p.n_ff,         *shift,     p.r->top_k + 1,
+                   p.act, lo,       tiles_of(*p.r), p.slot_out, order};
+  const dim3 grid = order.grid(p.r->max_tiles, (p.n_embd + 127) / 128);
   return launch_format<DownKernel, false>(d.fmt, exact, p.r->tile_rows, grid, a, s, "expert down");
 }
 

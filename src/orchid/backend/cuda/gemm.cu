@@ -19,20 +19,21 @@ namespace {
 
 std::atomic<bool> g_fused_dequant{true};
 std::atomic<bool> g_ws{false};
+std::atomic<bool> g_n_first{true};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
   int64_t elems = 0;
 } g_scratch;
 
-// Block (blockIdx.x, blockIdx.y) computes rows [BM · x, +BM) × columns [128 · y, +128). Row
-// tiles vary fastest, so the blocks in flight share weight tiles (read from DRAM about once) and
-// A (T · K fp16: a few MB) stays in L2. w: [n, k] (fp16 rows of k / 8 units for TileB::f16).
+// Block of row tile i and column tile j (TileOrder) computes rows [BM · i, +BM) × columns
+// [128 · j, +128). w: [n, k] (fp16 rows of k / 8 units for TileB::f16).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_gemm(const __grid_constant__ GemmParams p, int n, int k, int sb_shift, int64_t lo) {
+    kernel_gemm(const __grid_constant__ GemmParams p, int n, int k, int sb_shift, int64_t lo,
+                TileOrder order) {
   extern __shared__ __align__(1024) char smem[];
-  const int tid = threadIdx.x, m0 = blockIdx.x * Cfg::BM, n0 = blockIdx.y * Cfg::BN;
+  const int tid = threadIdx.x, m0 = order.row_tile() * Cfg::BM, n0 = order.col_tile() * Cfg::BN;
   TileSrc<Cfg> src;
   src.k = k, src.sb_shift = sb_shift, src.lo = lo;
 #pragma unroll
@@ -69,8 +70,10 @@ template <TileB B, int BM, bool EXACT>
 Status launch_tiles(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
   using Cfg = TileCfg<B, BM, BM / 16, 1, false, EXACT>;  // warpgroups: wgmma on sm_90a
   ORCHID_TRY(allow_smem(kernel_gemm<Cfg>, Cfg::kSmem, "gemm"));
-  const dim3 grid((p.m + BM - 1) / BM, (p.w.rows + Cfg::BN - 1) / Cfg::BN);
-  kernel_gemm<Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(p, p.w.rows, p.w.cols, sb_shift, lo);
+  const TileOrder order{gemm_n_first_enabled()};
+  const dim3 grid = order.grid((p.m + BM - 1) / BM, (p.w.rows + Cfg::BN - 1) / Cfg::BN);
+  kernel_gemm<Cfg>
+      <<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(p, p.w.rows, p.w.cols, sb_shift, lo, order);
   return last_launch("gemm");
 }
 
@@ -79,8 +82,11 @@ using WsCfg = TileCfg<TileB::q4, 128, 8, 1, false, true, true>;
 
 Status launch_ws(const GemmParams& p, int64_t lo, cudaStream_t s) {
   ORCHID_TRY(allow_smem(kernel_gemm<WsCfg>, WsCfg::kSmem, "gemm"));
-  const dim3 grid((p.m + WsCfg::BM - 1) / WsCfg::BM, (p.w.rows + WsCfg::BN - 1) / WsCfg::BN);
-  kernel_gemm<WsCfg><<<grid, WsCfg::kThreads, WsCfg::kSmem, s>>>(p, p.w.rows, p.w.cols, 1, lo);
+  const TileOrder order{gemm_n_first_enabled()};
+  const dim3 grid =
+      order.grid((p.m + WsCfg::BM - 1) / WsCfg::BM, (p.w.rows + WsCfg::BN - 1) / WsCfg::BN);
+  kernel_gemm<WsCfg>
+      <<<grid, WsCfg::kThreads, WsCfg::kSmem, s>>>(p, p.w.rows, p.w.cols, 1, lo, order);
   return last_launch("gemm");
 }
 
@@ -139,6 +145,13 @@ bool gemm_ws_enabled() {
 }
 void set_gemm_ws_enabled(bool on) {
   g_ws.store(on, std::memory_order_relaxed);
+}
+
+bool gemm_n_first_enabled() {
+  return g_n_first.load(std::memory_order_relaxed);
+}
+void set_gemm_n_first_enabled(bool on) {
+  g_n_first.store(on, std::memory_order_relaxed);
 }
 
 bool gemm_fused_dequant_enabled() {

@@ -160,6 +160,21 @@ struct TileCfg {
 // bias) rows. Chunk p of A is row a_src_row(tid, p) = (tid + p · kThreads) / 8, column chunk
 // tid % 8; unit p of B is row b_src_row(tid, p) = (tid + p · kThreads) / kUnitsPerRow, unit
 // (tid + p · kThreads) % kUnitsPerRow of the step (warp-specialised: row tid of each).
+// A tile launch's grid order. Row tiles fastest (the first form): the blocks in flight share a
+// column tile of W and sweep all of A, which re-reads A from DRAM for every column tile once A
+// (the exact path's T · K · 4 bytes: 64 MB at 8K tokens, or an expert launch's gathered rows)
+// outgrows L2. Column tiles fastest (n_first, ORCHID_TILE_N_FIRST): the blocks in flight share
+// A's row tile, read from DRAM about once, while W (a dense matrix's 1-13 MB, an expert's 0.5-1
+// MB) stays in L2.
+struct TileOrder {
+  bool n_first = false;
+  __host__ dim3 grid(int row_tiles, int col_tiles) const {
+    return n_first ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
+  }
+  __device__ __forceinline__ int row_tile() const { return n_first ? blockIdx.y : blockIdx.x; }
+  __device__ __forceinline__ int col_tile() const { return n_first ? blockIdx.x : blockIdx.y; }
+};
+
 template <class Cfg>
 struct TileSrc {
   const uint16_t* a[Cfg::kAPerThread];

@@ -43,6 +43,11 @@ void set_gemm_fused_dequant_enabled(bool on);
 // sm_90a device (else the switch has no effect). Process-wide, default off; the backend sets it.
 bool gemm_ws_enabled();
 void set_gemm_ws_enabled(bool on);
+// Whether the tile GEMMs (dense and experts) order their blocks column tiles first, so that the
+// blocks in flight share A's rows and W stays in L2 (gemm_tile.cuh's TileOrder), instead of row
+// tiles first. Process-wide, default on; the backend sets it.
+bool gemm_n_first_enabled();
+void set_gemm_n_first_enabled(bool on);
 // w [N, K] dequantised into out [N, K] fp16 (the ablation's first half).
 Status launch_dequant_f16(const DevMatrix& w, uint16_t* out, cudaStream_t s);
 // The ablation's fp16 buffer ([elems], at least the largest q4 / q8 matrix's rows · cols), used
