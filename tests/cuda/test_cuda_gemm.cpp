@@ -201,6 +201,13 @@ struct OrderMode {
   ~OrderMode() { cuda::set_gemm_n_first_enabled(saved); }
 };
 
+// Sets whether the warp-specialised tiles run persistent (one block an SM) for a scope.
+struct PersistentMode {
+  bool saved = cuda::gemm_persistent_enabled();
+  explicit PersistentMode(bool on) { cuda::set_gemm_persistent_enabled(on); }
+  ~PersistentMode() { cuda::set_gemm_persistent_enabled(saved); }
+};
+
 // ---- Dense projections ------------------------------------------------------------------------
 
 enum class Add { none, separate, in_place };
@@ -403,10 +410,19 @@ TEST(CudaGemmExact, WarpSpecialisedMatchesReference) {
   run_gemm({DevFormat::q8, 100, 257, 1024, 64, 0, Add::separate, true, true, true});
 }
 
-// Both grid orders (the default takes column tiles first; the other tests run it): row tiles
-// first on the warp-specialised and the single-role tiles, several row and column tiles.
-TEST(CudaGemmExact, RowTilesFirstMatchesReference) {
+// Both grid orders (the default takes column tiles first; the other tests run it) on the
+// warp-specialised tiles, persistent (the default) or a block a tile, and on the single-role
+// tiles; several row and column tiles, k-step counts from 1 to 8 (the persistent blocks run
+// several tiles each: their stages and barrier phases carry over from tile to tile).
+TEST(CudaGemmExact, TileOrdersMatchReference) {
   ORCHID_REQUIRE_GPU();
+  for (bool n_first : {false, true})
+    for (bool persistent : {false, true}) {
+      const OrderMode order(n_first);
+      const PersistentMode mode(persistent);
+      run_gemm({DevFormat::q4, 2100, 4096, 64, 64, 0, Add::none, true, true, true});
+      run_gemm({DevFormat::q4, 1000, 1500, 320, 64, 8, Add::separate, true, true, true});
+    }
   for (bool n_first : {false, true}) {
     const OrderMode order(n_first);
     for (bool ws : {false, true}) {
@@ -730,16 +746,20 @@ TEST(CudaExpertsExact, WarpSpecialisedMatchesReference) {
   run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 32, true, 64, true});
 }
 
-// Both grid orders on the experts' tiles (64- and 128-row, warp-specialised or not).
-TEST(CudaExpertsExact, RowTilesFirstMatchesReference) {
+// Both grid orders on the experts' tiles (64- and 128-row, warp-specialised — persistent or a
+// block a tile — or not); with 2,000 tokens on 8 experts the persistent blocks take several tiles.
+TEST(CudaExpertsExact, TileOrdersMatchReference) {
   ORCHID_REQUIRE_GPU();
-  for (bool n_first : {false, true}) {
-    const OrderMode order(n_first);
-    for (bool ws : {false, true}) {
-      run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, true, 64, ws});
-      run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 64, 64, true, 64, ws});
+  for (bool n_first : {false, true})
+    for (bool persistent : {false, true}) {
+      const OrderMode order(n_first);
+      const PersistentMode mode(persistent);
+      for (bool ws : {false, true}) {
+        run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, true, 64, ws});
+        run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 64, 64, true, 64, ws});
+        if (ws) run_experts({DevFormat::q4, 2000, 8, 3, 512, 256, 128, 64, true, 64, true});
+      }
     }
-  }
 }
 
 TEST(CudaExperts, RejectsBadRouting) {

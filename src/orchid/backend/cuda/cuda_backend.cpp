@@ -43,6 +43,7 @@ Switches Switches::from_env() {
   s.fused_dequant = !env_off("ORCHID_FUSED_DEQUANT");
   s.gemm_ws = !env_off("ORCHID_GEMM_WS");
   s.tile_n_first = !env_off("ORCHID_TILE_N_FIRST");
+  s.gemm_persistent = !env_off("ORCHID_GEMM_PERSISTENT");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   s.wgmma_attention = !env_off("ORCHID_WGMMA_ATTENTION");
   s.attn_pingpong = !env_off("ORCHID_ATTN_PINGPONG");

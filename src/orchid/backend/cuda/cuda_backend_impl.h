@@ -60,7 +60,9 @@ struct MoeRouting;  // prefill_kernels.h
 // warpgroups multiply and fold; sm_90a only, elsewhere no effect; +9.6 % at 8K, session 8);
 // ORCHID_TILE_N_FIRST=0 orders the tile GEMMs' blocks (dense and experts) row tiles first, as
 // before session 9, instead of column tiles first (gemm_tile.cuh's TileOrder: A's rows then come
-// from DRAM about once instead of once per column tile);
+// from DRAM about once instead of once per column tile); ORCHID_GEMM_PERSISTENT=0 launches the
+// warp-specialised tiles a block a tile instead of one persistent block an SM walking them (its
+// producer filling the next tile's stages while the consumers store the last one);
 // ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
 // ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
 // the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
@@ -96,6 +98,7 @@ struct Switches {
   bool fused_dequant = true;
   bool gemm_ws = true;
   bool tile_n_first = true;
+  bool gemm_persistent = true;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;

@@ -389,6 +389,7 @@ Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> toke
   set_gemm_fused_dequant_enabled(sw_.fused_dequant);
   set_gemm_ws_enabled(sw_.gemm_ws);
   set_gemm_n_first_enabled(sw_.tile_n_first);
+  set_gemm_persistent_enabled(sw_.gemm_persistent);
   for (int64_t c0 = 0; c0 < n; c0 += C) {
     const int T = int(std::min<int64_t>(C, n - c0));
     ORCHID_CUDA(cudaMemcpyAsync(pf_->tokens, tokens.data() + c0, size_t(T) * 4,

@@ -113,6 +113,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"fused_dequant", base.fused_dequant},
                              {"gemm_ws", base.gemm_ws},
                              {"tile_n_first", base.tile_n_first},
+                             {"gemm_persistent", base.gemm_persistent},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
@@ -171,6 +172,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"gemm_ws_off", [](cuda::Switches& s) { s.gemm_ws = false; }},
         // The tile GEMMs' blocks row tiles first (sessions 5-8) instead of column tiles first.
         {"tile_n_first_off", [](cuda::Switches& s) { s.tile_n_first = false; }},
+        // The warp-specialised tiles a block a tile instead of persistent blocks.
+        {"gemm_persistent_off", [](cuda::Switches& s) { s.gemm_persistent = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},

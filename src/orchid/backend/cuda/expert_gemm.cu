@@ -1,9 +1,10 @@
 // The MoE experts over a chunk on the tensor cores (gemm_tile.cuh), exact or in fp16: gate/up with
 // the SiLU-gated product as epilogue (exact: written as an hi + lo pair), down with the routing
 // weight and one fp32 row per (token, slot), and the deterministic combine. Work comes in the
-// routing's tiles (≤ tile_rows sorted pairs of one expert); block (x, y) takes tile x and column
-// tile y, and blocks past *n_tiles exit at once. Tiles vary fastest, so the blocks in flight cover
-// the few tiles of each expert together and its weights come from DRAM about once per chunk.
+// routing's tiles (≤ tile_rows sorted pairs of one expert) × column tiles, in TileOrder's order
+// (column tiles first by default: a tile's gathered rows come from DRAM about once, the expert's
+// weights stay in L2 for its next tiles); tiles past *n_tiles are skipped. The warp-specialised
+// tiles walk the work persistently (gemm_ws.cuh), the others take a block each.
 #include <type_traits>
 
 #include "orchid/backend/cuda/gemm_ws.cuh"
@@ -57,70 +58,104 @@ __device__ __forceinline__ void set_b(TileSrc<Cfg>& src, int q, const DevMatrix&
   src.sb[q] = Cfg::kHasSb && valid ? w.sb + row * sb_stride : nullptr;
 }
 
-// Block: tile i, gate/up columns [64 · j, +64) (i, j: TileOrder); B rows [0, 64) of the tile are
-// gate rows, [64, 128) the up rows of the same columns.
+// Runs a tile launch's blocks: the warp-specialised tiles persistent over the work items (TileWork
+// of max_tiles row tiles — those past *n_tiles skipped — and col_tiles column tiles), the others
+// one tile a block (TileOrder). tile_src(tile, col, src) fills thread tid's TileSrc;
+// store(tile, col, acc) writes a tile's results.
+template <class Cfg, class SrcFn, class Store>
+__device__ __forceinline__ void run_tiles(char* smem, TileOrder order, int max_tiles, int col_tiles,
+                                          const int* n_tiles, int k, SrcFn&& tile_src,
+                                          Store&& store) {
+  const int live = *n_tiles;
+  if constexpr (Cfg::kWs) {
+    const TileWork work{order.n_first, max_tiles, col_tiles};
+    // Column tiles first: the items of live tiles come first, so the walk stops there.
+    const int n_work = order.n_first ? live * col_tiles : max_tiles * col_tiles;
+    ws_persistent<Cfg>(
+        smem, n_work, k, [&](int w) { return work.row(w) < live; },
+        [&](int w, TileSrc<Cfg>& src) { tile_src(work.row(w), work.col(w), src); },
+        [&](int w, const auto& acc) { store(work.row(w), work.col(w), acc); });
+  } else {
+    const int tile = order.row_tile(), col = order.col_tile();
+    if (tile >= live) return;
+    TileSrc<Cfg> src;
+    tile_src(tile, col, src);
+    float acc[Cfg::MI][Cfg::NJ][4];
+    tile_mainloop<Cfg>(src, smem, acc);
+    store(tile, col, acc);
+  }
+}
+
+// Tile `tile`, gate/up columns [64 · col, +64); B rows [0, 64) of the tile are gate rows, [64, 128)
+// the up rows of the same columns.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_expert_gate_up(const __grid_constant__ GateUpArgs p) {
+    kernel_expert_gate_up(const __grid_constant__ GateUpArgs p, int max_tiles) {
   extern __shared__ __align__(1024) char smem[];
-  const int tile = p.order.row_tile();
-  if (tile >= *p.t.n_tiles) return;
-  const int tid = threadIdx.x, e = p.t.expert[tile], j0 = p.t.begin[tile];
-  const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = p.order.col_tile() * (Cfg::BN / 2);
-  TileSrc<Cfg> src;
-  src.k = p.k, src.sb_shift = p.sb_shift, src.lo = p.x_lo;
+  const int tid = threadIdx.x;
+  const auto tile_src = [&](int tile, int col, TileSrc<Cfg>& src) {
+    const int e = p.t.expert[tile], j0 = p.t.begin[tile];
+    const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = col * (Cfg::BN / 2);
+    src.k = p.k, src.sb_shift = p.sb_shift, src.lo = p.x_lo;
 #pragma unroll
-  for (int q = 0; q < Cfg::kAPerThread; ++q) {
-    const int r = Cfg::a_src_row(tid, q);
-    src.a[q] = r < rows ? p.x + int64_t(p.t.pair_token[j0 + r]) * p.k : nullptr;
-  }
-  const int sb_stride = (p.k / Cfg::E) >> p.sb_shift;
+    for (int q = 0; q < Cfg::kAPerThread; ++q) {
+      const int r = Cfg::a_src_row(tid, q);
+      src.a[q] = r < rows ? p.x + int64_t(p.t.pair_token[j0 + r]) * p.k : nullptr;
+    }
+    const int sb_stride = (p.k / Cfg::E) >> p.sb_shift;
 #pragma unroll
-  for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
-    const int r = Cfg::b_src_row(tid, q), n = n0 + r % (Cfg::BN / 2);
-    const int64_t row = int64_t(e) * p.n_ff + n;
-    set_b(src, q, r < Cfg::BN / 2 ? p.gate : p.up, row, n < p.n_ff, sb_stride);
-  }
+    for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
+      const int r = Cfg::b_src_row(tid, q), n = n0 + r % (Cfg::BN / 2);
+      const int64_t row = int64_t(e) * p.n_ff + n;
+      set_b(src, q, r < Cfg::BN / 2 ? p.gate : p.up, row, n < p.n_ff, sb_stride);
+    }
+  };
   // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns.
-  tile_gemm<Cfg>(src, smem, [&](const auto& acc) {
+  const auto store = [&](int tile, int col, const auto& acc) {
+    const int j0 = p.t.begin[tile];
+    const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = col * (Cfg::BN / 2);
     Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
       if (r >= rows) return;
       const int64_t out = int64_t(j0 + r) * p.n_ff;
 #pragma unroll
       for (int j = 0; j < Cfg::NJ / 2; ++j) {
-        const int col = n0 + col0(j);  // n_ff even: col + 1 fits too
-        if (col >= p.n_ff) continue;
+        const int c = n0 + col0(j);  // n_ff even: c + 1 fits too
+        if (c >= p.n_ff) continue;
         const float* g = acc[i][j] + 2 * h;
         const float* u = acc[i][j + Cfg::NJ / 2] + 2 * h;
-        store_f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], p.act, p.act_lo, out + col);
+        store_f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], p.act, p.act_lo, out + c);
       }
     });
-  });
+  };
+  run_tiles<Cfg>(smem, p.order, max_tiles, (p.n_ff + Cfg::BN / 2 - 1) / (Cfg::BN / 2), p.t.n_tiles,
+                 p.k, tile_src, store);
 }
 
-// Block: tile i, output columns [128 · j, +128) (i, j: TileOrder); A = the tile's act rows.
+// Tile `tile`, output columns [128 · col, +128); A = the tile's act rows.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_expert_down(const __grid_constant__ DownArgs p) {
+    kernel_expert_down(const __grid_constant__ DownArgs p, int max_tiles) {
   extern __shared__ __align__(1024) char smem[];
-  const int tile = p.order.row_tile();
-  if (tile >= *p.t.n_tiles) return;
-  const int tid = threadIdx.x, e = p.t.expert[tile], j0 = p.t.begin[tile];
-  const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = p.order.col_tile() * Cfg::BN;
-  TileSrc<Cfg> src;
-  src.k = p.n_ff, src.sb_shift = p.sb_shift, src.lo = p.act_lo;
+  const int tid = threadIdx.x;
+  const auto tile_src = [&](int tile, int col, TileSrc<Cfg>& src) {
+    const int e = p.t.expert[tile], j0 = p.t.begin[tile];
+    const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = col * Cfg::BN;
+    src.k = p.n_ff, src.sb_shift = p.sb_shift, src.lo = p.act_lo;
 #pragma unroll
-  for (int q = 0; q < Cfg::kAPerThread; ++q) {
-    const int r = Cfg::a_src_row(tid, q);
-    src.a[q] = r < rows ? p.act + int64_t(j0 + r) * p.n_ff : nullptr;
-  }
-  const int sb_stride = (p.n_ff / Cfg::E) >> p.sb_shift;
+    for (int q = 0; q < Cfg::kAPerThread; ++q) {
+      const int r = Cfg::a_src_row(tid, q);
+      src.a[q] = r < rows ? p.act + int64_t(j0 + r) * p.n_ff : nullptr;
+    }
+    const int sb_stride = (p.n_ff / Cfg::E) >> p.sb_shift;
 #pragma unroll
-  for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
-    const int n = n0 + Cfg::b_src_row(tid, q);
-    set_b(src, q, p.down, int64_t(e) * p.n_embd + n, n < p.n_embd, sb_stride);
-  }
-  tile_gemm<Cfg>(src, smem, [&](const auto& acc) {
+    for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
+      const int n = n0 + Cfg::b_src_row(tid, q);
+      set_b(src, q, p.down, int64_t(e) * p.n_embd + n, n < p.n_embd, sb_stride);
+    }
+  };
+  const auto store = [&](int tile, int col, const auto& acc) {
+    const int j0 = p.t.begin[tile];
+    const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = col * Cfg::BN;
     Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
       if (r >= rows) return;
       const int j = j0 + r;
@@ -131,11 +166,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int f = 0; f < Cfg::NJ; ++f)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int col = n0 + col0(f) + c;
-          if (col < p.n_embd) out[col] = w * acc[i][f][2 * h + c];
+          const int cc = n0 + col0(f) + c;
+          if (cc < p.n_embd) out[cc] = w * acc[i][f][2 * h + c];
         }
     });
-  });
+  };
+  run_tiles<Cfg>(smem, p.order, max_tiles, (p.n_embd + Cfg::BN - 1) / Cfg::BN, p.t.n_tiles, p.n_ff,
+                 tile_src, store);
 }
 
 // h[t, i] += Σ_s slot_out[t, s, i] in slot order; one thread per 4 columns of a row.
@@ -175,7 +212,10 @@ Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, cons
   auto go = [&](auto cfg) -> Status {
     using Cfg = decltype(cfg);
     ORCHID_TRY(allow_smem(Kernel<Cfg>::fn, Cfg::kSmem, what));
-    Kernel<Cfg>::fn<<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
+    const int max_tiles = int(a.order.n_first ? grid.y : grid.x);
+    // The warp-specialised tiles: a 1-D walk over the grid's tiles.
+    const dim3 g = Cfg::kWs ? dim3(ws_grid(int64_t(grid.x) * grid.y)) : grid;
+    Kernel<Cfg>::fn<<<g, Cfg::kThreads, Cfg::kSmem, s>>>(a, max_tiles);
     return last_launch(what);
   };
   if constexpr (B == TileB::q4 && EXACT)

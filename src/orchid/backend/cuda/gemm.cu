@@ -20,35 +20,38 @@ namespace {
 std::atomic<bool> g_fused_dequant{true};
 std::atomic<bool> g_ws{false};
 std::atomic<bool> g_n_first{true};
+std::atomic<bool> g_persistent{true};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
   int64_t elems = 0;
 } g_scratch;
 
-// Block of row tile i and column tile j (TileOrder) computes rows [BM · i, +BM) × columns
-// [128 · j, +128). w: [n, k] (fp16 rows of k / 8 units for TileB::f16).
+// The block of row tile i and column tile j (TileOrder; the warp-specialised tiles: work item w
+// of TileWork) computes rows [BM · i, +BM) × columns [128 · j, +128). w: [n, k] (fp16 rows of
+// k / 8 units for TileB::f16).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     kernel_gemm(const __grid_constant__ GemmParams p, int n, int k, int sb_shift, int64_t lo,
                 TileOrder order) {
   extern __shared__ __align__(1024) char smem[];
-  const int tid = threadIdx.x, m0 = order.row_tile() * Cfg::BM, n0 = order.col_tile() * Cfg::BN;
-  TileSrc<Cfg> src;
-  src.k = k, src.sb_shift = sb_shift, src.lo = lo;
+  const int tid = threadIdx.x;
+  const auto src_for = [&](int m0, int n0, TileSrc<Cfg>& src) {
+    src.k = k, src.sb_shift = sb_shift, src.lo = lo;
 #pragma unroll
-  for (int q = 0; q < Cfg::kAPerThread; ++q) {
-    const int r = m0 + Cfg::a_src_row(tid, q);
-    src.a[q] = r < p.m ? p.a + int64_t(r) * p.lda : nullptr;
-  }
-  const int sb_stride = (k / Cfg::E) >> sb_shift;  // (scale, bias) words per row
+    for (int q = 0; q < Cfg::kAPerThread; ++q) {
+      const int r = m0 + Cfg::a_src_row(tid, q);
+      src.a[q] = r < p.m ? p.a + int64_t(r) * p.lda : nullptr;
+    }
+    const int sb_stride = (k / Cfg::E) >> sb_shift;  // (scale, bias) words per row
 #pragma unroll
-  for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
-    const int r = n0 + Cfg::b_src_row(tid, q);
-    src.b[q] = r < n ? static_cast<const uint4*>(p.w.w) + int64_t(r) * p.w.units : nullptr;
-    src.sb[q] = Cfg::kHasSb && r < n ? p.w.sb + int64_t(r) * sb_stride : nullptr;
-  }
-  tile_gemm<Cfg>(src, smem, [&](const auto& acc) {
+    for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
+      const int r = n0 + Cfg::b_src_row(tid, q);
+      src.b[q] = r < n ? static_cast<const uint4*>(p.w.w) + int64_t(r) * p.w.units : nullptr;
+      src.sb[q] = Cfg::kHasSb && r < n ? p.w.sb + int64_t(r) * sb_stride : nullptr;
+    }
+  };
+  const auto store = [&](int m0, int n0, const auto& acc) {
     Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
       const int row = m0 + r;
       if (row >= p.m) return;
@@ -62,7 +65,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (col < n) c[col] = acc[i][j][2 * h + e] + (add ? add[col] : 0.f);
         }
     });
-  });
+  };
+  if constexpr (Cfg::kWs) {
+    const TileWork work{order.n_first, (p.m + Cfg::BM - 1) / Cfg::BM, (n + Cfg::BN - 1) / Cfg::BN};
+    ws_persistent<Cfg>(
+        smem, work.row_tiles * work.col_tiles, k, [](int) { return true; },
+        [&](int w, TileSrc<Cfg>& src) {
+          src_for(work.row(w) * Cfg::BM, work.col(w) * Cfg::BN, src);
+        },
+        [&](int w, const auto& acc) { store(work.row(w) * Cfg::BM, work.col(w) * Cfg::BN, acc); });
+  } else {
+    const int m0 = order.row_tile() * Cfg::BM, n0 = order.col_tile() * Cfg::BN;
+    TileSrc<Cfg> src;
+    src_for(m0, n0, src);
+    float acc[Cfg::MI][Cfg::NJ][4];
+    tile_mainloop<Cfg>(src, smem, acc);
+    store(m0, n0, acc);
+  }
 }
 
 // lo: the exact path's A_lo offset (elements from a row of A to its row of A_lo).
@@ -83,10 +102,10 @@ using WsCfg = TileCfg<TileB::q4, 128, 8, 1, false, true, true>;
 Status launch_ws(const GemmParams& p, int64_t lo, cudaStream_t s) {
   ORCHID_TRY(allow_smem(kernel_gemm<WsCfg>, WsCfg::kSmem, "gemm"));
   const TileOrder order{gemm_n_first_enabled()};
-  const dim3 grid =
-      order.grid((p.m + WsCfg::BM - 1) / WsCfg::BM, (p.w.rows + WsCfg::BN - 1) / WsCfg::BN);
+  const int64_t tiles =
+      int64_t((p.m + WsCfg::BM - 1) / WsCfg::BM) * ((p.w.rows + WsCfg::BN - 1) / WsCfg::BN);
   kernel_gemm<WsCfg>
-      <<<grid, WsCfg::kThreads, WsCfg::kSmem, s>>>(p, p.w.rows, p.w.cols, 1, lo, order);
+      <<<ws_grid(tiles), WsCfg::kThreads, WsCfg::kSmem, s>>>(p, p.w.rows, p.w.cols, 1, lo, order);
   return last_launch("gemm");
 }
 
@@ -152,6 +171,17 @@ bool gemm_n_first_enabled() {
 }
 void set_gemm_n_first_enabled(bool on) {
   g_n_first.store(on, std::memory_order_relaxed);
+}
+
+bool gemm_persistent_enabled() {
+  return g_persistent.load(std::memory_order_relaxed);
+}
+void set_gemm_persistent_enabled(bool on) {
+  g_persistent.store(on, std::memory_order_relaxed);
+}
+int ws_grid(int64_t n_work) {
+  const int64_t cap = gemm_persistent_enabled() ? sm_count() : n_work;
+  return int(std::max<int64_t>(1, std::min(n_work, cap)));
 }
 
 bool gemm_fused_dequant_enabled() {

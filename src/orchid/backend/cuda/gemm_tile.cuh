@@ -113,7 +113,7 @@ struct TileCfg {
   static constexpr int kWsB = kABytes, kWsSb = kWsB + kWsBRows * kTileRowB;
   static constexpr int kWsStageBytes = (kWsSb + BN * 4 + 1023) / 1024 * 1024;
   static constexpr int kWsRaw = kWsStages * kWsStageBytes, kWsRows = kWsRaw + kWsStages * kRawBytes;
-  static constexpr int kWsBars = kWsRows + BM * 8, kWsSmem = kWsBars + 2 * kWsStages * 8;
+  static constexpr int kWsBars = kWsRows + 2 * BM * 8, kWsSmem = kWsBars + 2 * kWsStages * 8;
 
   static constexpr int kSmem = kWs ? kWsSmem : smem_bytes(kStages);
 
@@ -155,11 +155,6 @@ struct TileCfg {
   }
 };
 
-// Where one thread's copies come from. A: the rows of its kAPerThread chunks (null: a masked
-// row, zero-filled); B: the rows of its units (16-byte units, null: masked) and their (scale,
-// bias) rows. Chunk p of A is row a_src_row(tid, p) = (tid + p · kThreads) / 8, column chunk
-// tid % 8; unit p of B is row b_src_row(tid, p) = (tid + p · kThreads) / kUnitsPerRow, unit
-// (tid + p · kThreads) % kUnitsPerRow of the step (warp-specialised: row tid of each).
 // A tile launch's grid order. Row tiles fastest (the first form): the blocks in flight share a
 // column tile of W and sweep all of A, which re-reads A from DRAM for every column tile once A
 // (the exact path's T · K · 4 bytes: 64 MB at 8K tokens, or an expert launch's gathered rows)
@@ -175,6 +170,24 @@ struct TileOrder {
   __device__ __forceinline__ int col_tile() const { return n_first ? blockIdx.x : blockIdx.y; }
 };
 
+// A warp-specialised launch's work: item w of row_tiles × col_tiles tiles in the order of
+// TileOrder (column tiles fastest when n_first), walked by persistent blocks (gemm_ws.cuh).
+struct TileWork {
+  bool n_first = true;
+  int row_tiles = 0, col_tiles = 0;
+  __device__ __forceinline__ int row(int w) const {
+    return n_first ? w / col_tiles : w % row_tiles;
+  }
+  __device__ __forceinline__ int col(int w) const {
+    return n_first ? w % col_tiles : w / row_tiles;
+  }
+};
+
+// Where one thread's copies come from. A: the rows of its kAPerThread chunks (null: a masked
+// row, zero-filled); B: the rows of its units (16-byte units, null: masked) and their (scale,
+// bias) rows. Chunk p of A is row a_src_row(tid, p) = (tid + p · kThreads) / 8, column chunk
+// tid % 8; unit p of B is row b_src_row(tid, p) = (tid + p · kThreads) / kUnitsPerRow, unit
+// (tid + p · kThreads) % kUnitsPerRow of the step (warp-specialised: row tid of each).
 template <class Cfg>
 struct TileSrc {
   const uint16_t* a[Cfg::kAPerThread];

@@ -51,23 +51,27 @@ struct WsSmem {
   __device__ __forceinline__ uint32_t empty(int ks) const {
     return base + Cfg::kWsBars + 8 * (S + ks % S);
   }
-  __device__ __forceinline__ const uint16_t** rows() const {
-    return reinterpret_cast<const uint16_t**>(p + Cfg::kWsRows);
+  // A's row pointers of work item `buf` (two tables: the producers fill the next item's while
+  // others still read the current one's).
+  __device__ __forceinline__ const uint16_t** rows(int buf) const {
+    return reinterpret_cast<const uint16_t**>(p + Cfg::kWsRows) + buf * Cfg::BM;
   }
 };
 
-// Producer thread t over k-steps [0, nk). Raw units: unit u (0, 1) of row t at
-// raw(ks) + u · 2048 + 16 t (a warp's copies and reads contiguous).
+// Producer thread t over one work item's k-steps [0, nk), the block's steps [g0, g0 + nk) (stages,
+// raw slots and barrier phases count the block's steps over all its items); A's rows in table
+// buf. Raw units: unit u (0, 1) of row t at raw(g) + u · 2048 + 16 t (a warp's copies and reads
+// contiguous).
 template <class Cfg>
 __device__ __forceinline__ void ws_produce(const TileSrc<Cfg>& src, const WsSmem<Cfg>& sm, int t,
-                                           int nk) {
+                                           int nk, int g0, int buf) {
   constexpr int S = Cfg::kWsStages, D = S - 1;  // raw units copied D steps ahead
   constexpr int kUnitBytes = Cfg::BN * 16;
   const uint4* const b = src.b[0];
   const uint32_t* const sb = src.sb[0];
   const int ch = t & 7;
   const auto copy_raw = [&](int ks) {
-    const uint32_t dst = sm.base + sm.raw(ks) + 16 * t;
+    const uint32_t dst = sm.base + sm.raw(g0 + ks) + 16 * t;
     cp_async16(dst, b ? b + 2 * ks : b, b != nullptr);
     cp_async16(dst + kUnitBytes, b ? b + 2 * ks + 1 : b, b != nullptr);
   };
@@ -76,32 +80,32 @@ __device__ __forceinline__ void ws_produce(const TileSrc<Cfg>& src, const WsSmem
     cp_async_commit();
   }
   for (int ks = 0; ks < nk; ++ks) {
-    if (ks >= S) mbar_wait(sm.empty(ks), (ks / S - 1) & 1);
-    const uint32_t st = sm.base + sm.stage(ks);
+    const int g = g0 + ks;
+    if (g >= S) mbar_wait(sm.empty(g), (g / S - 1) & 1);
+    const uint32_t st = sm.base + sm.stage(g);
     const int k0 = ks * kTileK + 8 * ch;
 #pragma unroll
     for (int p = 0; p < Cfg::BM / 16; ++p) {
       const int r = (t >> 3) + 16 * p;
-      const uint16_t* a = sm.rows()[r];
+      const uint16_t* a = sm.rows(buf)[r];
       cp_async16(st + tile_off(r, ch), a ? a + k0 : a, a != nullptr);
       cp_async16(st + Cfg::kATileBytes + tile_off(r, ch), a ? a + src.lo + k0 : a, a != nullptr);
     }
     cp_async4(st + Cfg::kWsSb + 4 * t, sb ? sb + ks : sb, sb != nullptr);  // one group per step
-    cp_async_mbar_arrive(sm.full(ks));
+    cp_async_mbar_arrive(sm.full(g));
     if (ks + D < nk) copy_raw(ks + D);
     cp_async_commit();
     cp_async_wait<D>();  // the group that holds step ks's raw units
-    char* const bt = sm.p + sm.stage(ks) + Cfg::kWsB;
+    char* const bt = sm.p + sm.stage(g) + Cfg::kWsB;
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      const uint4 raw =
-          *reinterpret_cast<const uint4*>(sm.p + sm.raw(ks) + u * kUnitBytes + 16 * t);
+      const uint4 raw = *reinterpret_cast<const uint4*>(sm.p + sm.raw(g) + u * kUnitBytes + 16 * t);
       uint4 c[4];
       dequant_unit<TileB::q4, false>(raw, 0, c);
 #pragma unroll
       for (int i = 0; i < 4; ++i) *reinterpret_cast<uint4*>(bt + tile_off(t, 4 * u + i)) = c[i];
     }
-    mbar_arrive(sm.full(ks));
+    mbar_arrive(sm.full(g));
   }
   cp_async_wait_all();
 }
@@ -113,13 +117,15 @@ struct WsConsumer {
   const WsSmem<Cfg>& sm;
   int nk, lane;
   uint32_t rows;  // the warpgroup's first A row in a tile (bytes)
+  int g0;         // the block's step of this item's k-step 0 (ws_produce)
   float acc[64];  // C, in the wgmma (= mma C) layout of m64n128
 
   // Step ks's partial sums into part (fresh: the first wgmma ignores part's old values).
   __device__ __forceinline__ void issue(int ks, float (&part)[68]) const {
-    mbar_wait(sm.full(ks), (ks / S) & 1);
+    const int g = g0 + ks;
+    mbar_wait(sm.full(g), (g / S) & 1);
     fence_proxy_async();  // the copies and stores the barrier made visible, before wgmma reads
-    const uint32_t st = sm.base + sm.stage(ks);
+    const uint32_t st = sm.base + sm.stage(g);
     const uint64_t dh = wgmma_desc_k(st + rows), dl = wgmma_desc_k(st + Cfg::kATileBytes + rows),
                    db = wgmma_desc_k(st + Cfg::kWsB);
     wgmma_fence();
@@ -134,7 +140,7 @@ struct WsConsumer {
   // 8j + 2 (lane % 4) + e; registers 64 + 2h (and + 1) hold row h's R.
   // A lane's two columns of fragment j have adjacent (scale, bias) words: one 8-byte load.
   __device__ __forceinline__ void fold(int ks, const float (&part)[68]) {
-    const char* sbw = sm.p + sm.stage(ks) + Cfg::kWsSb + 8 * (lane & 3);
+    const char* sbw = sm.p + sm.stage(g0 + ks) + Cfg::kWsSb + 8 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const uint2 w2 = *reinterpret_cast<const uint2*>(sbw + 32 * j);
@@ -156,7 +162,7 @@ struct WsConsumer {
     fence_operands(cur);
     fold(ks, cur);
     __syncwarp();  // the warp's reads of the stage are done
-    if (lane == 0) mbar_arrive(sm.empty(ks));
+    if (lane == 0) mbar_arrive(sm.empty(g0 + ks));
   }
   __device__ __forceinline__ void step(int ks, float (&cur)[68], float (&nxt)[68]) {
     issue(ks + 1, nxt);
@@ -188,18 +194,22 @@ struct WsConsumer {
   }
 };
 
-// The warp-specialised block: tables, ones rows and barriers, then the two roles; epilogue(acc)
-// on the consumers (acc[1][16][4]: the mma C layout of warp (tid - 128) / 32's 16 rows).
-template <class Cfg, class Epilogue>
-__device__ __forceinline__ void ws_mainloop(const TileSrc<Cfg>& src, char* smem,
-                                            Epilogue&& epilogue) {
+// The persistent warp-specialised block (one an SM, 384 threads): ones rows and barriers once,
+// then work items w = blockIdx.x, + gridDim.x, … < n_work that take(w) accepts (every thread
+// decides alike). Per item the producers fill their TileSrc (src_for(w, src): thread t's A row t,
+// B row t) and run its k-steps as far ahead as the stages allow — into the next item while the
+// consumers still fold and store the last one — and the consumers run the item's steps, then
+// epilogue(w, acc) (acc[1][16][4]: the mma C layout of warp (tid - 128) / 32's 16 rows). A grid of
+// one block per item is the one-tile-a-block form.
+template <class Cfg, class Take, class SrcFn, class Epilogue>
+__device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, Take&& take,
+                                              SrcFn&& src_for, Epilogue&& epilogue) {
   if constexpr (!kHaveWgmma) {
     __trap();  // only the sm_90a build has this path: gemm_ws_enabled() checks the device
   } else {
     using Sm = WsSmem<Cfg>;
     const Sm sm{smem, smem_addr(smem)};
-    const int tid = threadIdx.x, nk = src.k / kTileK;
-    if (tid < Cfg::BM) sm.rows()[tid] = src.a[0];
+    const int tid = threadIdx.x, nk = k / kTileK;
     // Each stage's B rows BN … BN + 7: fp16 ones (every chunk, so the swizzle is moot).
     for (int i = tid; i < Sm::S * 64; i += Cfg::kThreads)
       *reinterpret_cast<uint4*>(smem + Sm::stage(i / 64) + Cfg::kWsB +
@@ -212,30 +222,30 @@ __device__ __forceinline__ void ws_mainloop(const TileSrc<Cfg>& src, char* smem,
         mbar_init(sm.empty(s), Cfg::kMmaThreads / 32);     // one per consumer warp
       }
     __syncthreads();
+    int g = 0, item = 0;
     if (tid < Cfg::kProducerThreads) {
       setmaxnreg_dec<Sm::kProducerRegs>();
-      ws_produce<Cfg>(src, sm, tid, nk);
+      for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
+        if (!take(w)) continue;
+        TileSrc<Cfg> src;
+        src_for(w, src);
+        const int buf = item & 1;
+        sm.rows(buf)[tid] = src.a[0];
+        named_barrier_sync(1, Cfg::kProducerThreads);  // the item's row table is complete
+        ws_produce<Cfg>(src, sm, tid, nk, g, buf);
+        g += nk, ++item;
+      }
     } else {
       setmaxnreg_inc<Sm::kConsumerRegs>();
       const int ct = tid - Cfg::kProducerThreads;
-      WsConsumer<Cfg> c{sm, nk, ct & 31, uint32_t(ct / 128 * 64 * kTileRowB), {}};
-      c.run();
-      epilogue(reinterpret_cast<float(&)[1][16][4]>(c.acc));
+      for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
+        if (!take(w)) continue;
+        WsConsumer<Cfg> c{sm, nk, ct & 31, uint32_t(ct / 128 * 64 * kTileRowB), g, {}};
+        c.run();
+        epilogue(w, reinterpret_cast<float(&)[1][16][4]>(c.acc));
+        g += nk;
+      }
     }
-  }
-}
-
-// One block's tile: the main loop, then epilogue(acc) on every thread that holds results (acc
-// as tile_mainloop leaves it, float[MI][NJ][4]). Whole block.
-template <class Cfg, class Epilogue>
-__device__ __forceinline__ void tile_gemm(const TileSrc<Cfg>& src, char* smem,
-                                          Epilogue&& epilogue) {
-  if constexpr (Cfg::kWs) {
-    ws_mainloop<Cfg>(src, smem, epilogue);
-  } else {
-    float acc[Cfg::MI][Cfg::NJ][4];
-    tile_mainloop<Cfg>(src, smem, acc);
-    epilogue(acc);
   }
 }
 

@@ -48,6 +48,14 @@ void set_gemm_ws_enabled(bool on);
 // tiles first. Process-wide, default on; the backend sets it.
 bool gemm_n_first_enabled();
 void set_gemm_n_first_enabled(bool on);
+// Whether the warp-specialised tiles run persistent: one block an SM walking the launch's tiles,
+// its producer copying the next tile's first k-steps while the consumers store the last one
+// (gemm_ws.cuh's ws_persistent), instead of one block a tile. Process-wide, default on; the
+// backend sets it.
+bool gemm_persistent_enabled();
+void set_gemm_persistent_enabled(bool on);
+// Blocks of a warp-specialised launch of n_work tiles (one an SM when persistent, else one a tile).
+int ws_grid(int64_t n_work);
 // w [N, K] dequantised into out [N, K] fp16 (the ablation's first half).
 Status launch_dequant_f16(const DevMatrix& w, uint16_t* out, cudaStream_t s);
 // The ablation's fp16 buffer ([elems], at least the largest q4 / q8 matrix's rows · cols), used
