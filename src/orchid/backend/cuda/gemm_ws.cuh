@@ -3,7 +3,8 @@
 // dequantising moved off the warps that multiply, so that the tensor cores no longer wait through
 // block barriers, code conversion and folds.
 //
-// A block of 384 threads computes a 128 × 128 tile, one block an SM (217 KB of shared memory):
+// A block of 384 threads computes 128 × 128 tiles, one block an SM (218 KB of shared memory) that
+// walks the launch's tiles (ws_persistent; or a block a tile, the ablation):
 // - Warpgroup 0, the producer (40 registers a thread), runs up to kWsStages k-steps (64 elements,
 //   one q4 group) ahead. Per step, once the consumers have released the stage (its "empty"
 //   mbarrier), thread t copies A_hi and A_lo chunks (rows t / 8 + 16p, chunk t % 8) and B row t's
@@ -21,12 +22,13 @@
 //   C += s·P + b·R (fp32, the order of gemm_tile.cuh) then runs on the CUDA cores while the
 //   tensor cores work. A warp releases the stage after its fold (the fold reads the stage's scale
 //   words). Registers: C 64 + two sets of 68.
-// Deadlock-free for any k-step count nk ≥ 1: the consumers wait for full(ks) in order and hold at
-// most two stages (ks folding, ks + 1 in flight); the producer waits for empty(ks) only from
-// ks = kWsStages on, released once the consumers finished step ks - kWsStages, which needs only
+// Steps g count a block's k-steps over all its tiles (stages, raw slots and barrier phases).
+// Deadlock-free for any k-step count nk ≥ 1: the consumers wait for full(g) in order and hold at
+// most two stages (g folding, g + 1 in flight); the producer waits for empty(g) only from
+// g = kWsStages on, released once the consumers finished step g - kWsStages, which needs only
 // earlier full stages. A barrier never runs a phase ahead of its waiter (the other side's wait
-// stands between), so parities (ks / kWsStages) & 1 are unambiguous; raw copies past nk are not
-// issued but their cp.async groups are still committed, so the wait counts stay uniform.
+// stands between), so parities (g / kWsStages) & 1 are unambiguous; raw copies past a tile's nk
+// are not issued but their cp.async groups are still committed, so the wait counts stay uniform.
 #pragma once
 
 #include "orchid/backend/cuda/gemm_tile.cuh"
