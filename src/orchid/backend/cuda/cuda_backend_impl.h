@@ -39,9 +39,12 @@ struct MoeRouting;  // prefill_kernels.h
 // instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
 // write as three kernels instead of one.
 // Prefill (cuda_prefill.cpp): ORCHID_PREFILL=0 runs a prompt as one decode step per token instead
-// of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default 8192 tokens:
-// measured 1.5-4.7 % faster than 4096 from 8K to 128K for 1.25 GiB more buffers, and 16384 no
-// better below 32K for 2.9 GiB more; bench/results/cuda-prefill-2026-11-30-s7-chunks.json);
+// of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default: 16384 tokens on
+// GPUs of 64 GiB or more, else 8192 — 8192 measured 1.5-4.7 % faster than 4096 from 8K to 128K
+// for 1.25 GiB more buffers (session 7, bench/results/cuda-prefill-2026-11-30-s7-chunks.json);
+// with session 9's persistent GEMM tiles 16384 beats 8192 by 4.8 / 2.9 / 2.6 % at 16K / 32K /
+// 128K for ~2.5 GiB more (cuda-prefill-2026-12-01-s9-chunk.json); prompts up to 8K are one
+// chunk either way);
 // ORCHID_EXACT_PREFILL=0 runs the projections on plain fp16 operands (weights dequantised to
 // fp16, activations rounded to it: ~1e-3 relative per projection, enough to flip near-tied router
 // choices) instead of the exact path (activations as fp16 hi + lo pairs, integer weight codes,
@@ -102,9 +105,9 @@ struct Switches {
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;
-  int prefill_tile = 0;  // 0: chosen from the rows per expert
-  int prefill_chunk = 8192;
-  int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
+  int prefill_tile = 0;   // 0: chosen from the rows per expert
+  int prefill_chunk = 0;  // 0: CudaBackend::chunk_tokens() picks it by the GPU's memory
+  int gdn_chunked = -1;   // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
   bool tc_router = true;
   bool device_routing = true;
   static Switches from_env();
@@ -227,6 +230,8 @@ class CudaBackend final : public Backend {
   bool prefill_supported() const;
   // Device bytes of the prefill buffers (0 before the first prefill).
   int64_t prefill_scratch_bytes() const;
+  // Tokens per prefill chunk: the switch's, or 16384 on GPUs of at least 64 GiB and 8192 below.
+  int chunk_tokens() const;
   const DeviceModel& device_model() const { return *dm_; }
   const Switches& switches() const { return sw_; }
   Switches& switches() { return sw_; }

@@ -378,10 +378,23 @@ Status CudaBackend::prefill_logits(int T, LogitsMode mode, float* host) {
   return {};
 }
 
+int CudaBackend::chunk_tokens() const {
+  if (sw_.prefill_chunk > 0) return sw_.prefill_chunk;
+  static const int by_memory = [] {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      cudaGetLastError();
+      return 8192;
+    }
+    return total_b >= (size_t(64) << 30) ? 16384 : 8192;
+  }();
+  return by_memory;
+}
+
 Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> tokens, LogitsMode mode,
                                     std::vector<float>& logits, int64_t chunk, Profiler* prof) {
   const int64_t n = int64_t(tokens.size()), V = c_.n_vocab;
-  const int C = int(chunk > 0 ? std::min<int64_t>(chunk, sw_.prefill_chunk) : sw_.prefill_chunk);
+  const int C = int(chunk > 0 ? std::min<int64_t>(chunk, chunk_tokens()) : chunk_tokens());
   // Buffers for the chunk, or for the prompt rounded up to a power of two (≥ 256) when it is
   // shorter: short prompts need not hold a full chunk's 2.7 GiB, and regrowth stays rare.
   const int64_t fit = int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(n, 256))));

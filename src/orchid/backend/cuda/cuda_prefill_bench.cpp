@@ -118,7 +118,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
                              {"prefill_tile", base.prefill_tile},
-                             {"prefill_chunk", base.prefill_chunk},
+                             {"prefill_chunk", be->chunk_tokens()},
                              {"gdn_chunked", base.gdn_chunked},
                              {"tc_router", base.tc_router},
                              {"device_routing", base.device_routing},
