@@ -37,6 +37,7 @@ struct GateUpArgs {
   uint16_t* act;     // [pairs, n_ff] fp16
   uint16_t* act_lo;  // [pairs, n_ff] fp16 remainder, or null
   TileOrder order;
+  int max_tiles;  // the routing's row tiles at most (the grid's)
 };
 
 struct DownArgs {
@@ -47,6 +48,7 @@ struct DownArgs {
   Tiles t;
   float* slot_out;  // [T, n_slot, n_embd]
   TileOrder order;
+  int max_tiles;  // the routing's row tiles at most (the grid's)
 };
 
 // B row r of a block whose matrix rows start at `row0` (valid while r < n): unit pointer and
@@ -90,7 +92,7 @@ __device__ __forceinline__ void run_tiles(char* smem, TileOrder order, int max_t
 // the up rows of the same columns.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_expert_gate_up(const __grid_constant__ GateUpArgs p, int max_tiles) {
+    kernel_expert_gate_up(const __grid_constant__ GateUpArgs p) {
   extern __shared__ __align__(1024) char smem[];
   const int tid = threadIdx.x;
   const auto tile_src = [&](int tile, int col, TileSrc<Cfg>& src) {
@@ -127,14 +129,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     });
   };
-  run_tiles<Cfg>(smem, p.order, max_tiles, (p.n_ff + Cfg::BN / 2 - 1) / (Cfg::BN / 2), p.t.n_tiles,
-                 p.k, tile_src, store);
+  run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_ff + Cfg::BN / 2 - 1) / (Cfg::BN / 2),
+                 p.t.n_tiles, p.k, tile_src, store);
 }
 
 // Tile `tile`, output columns [128 · col, +128); A = the tile's act rows.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_expert_down(const __grid_constant__ DownArgs p, int max_tiles) {
+    kernel_expert_down(const __grid_constant__ DownArgs p) {
   extern __shared__ __align__(1024) char smem[];
   const int tid = threadIdx.x;
   const auto tile_src = [&](int tile, int col, TileSrc<Cfg>& src) {
@@ -171,8 +173,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
     });
   };
-  run_tiles<Cfg>(smem, p.order, max_tiles, (p.n_embd + Cfg::BN - 1) / Cfg::BN, p.t.n_tiles, p.n_ff,
-                 tile_src, store);
+  run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_embd + Cfg::BN - 1) / Cfg::BN, p.t.n_tiles,
+                 p.n_ff, tile_src, store);
 }
 
 // h[t, i] += Σ_s slot_out[t, s, i] in slot order; one thread per 4 columns of a row.
@@ -212,10 +214,9 @@ Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, cons
   auto go = [&](auto cfg) -> Status {
     using Cfg = decltype(cfg);
     ORCHID_TRY(allow_smem(Kernel<Cfg>::fn, Cfg::kSmem, what));
-    const int max_tiles = int(a.order.n_first ? grid.y : grid.x);
     // The warp-specialised tiles: a 1-D walk over the grid's tiles.
     const dim3 g = Cfg::kWs ? dim3(ws_grid(int64_t(grid.x) * grid.y)) : grid;
-    Kernel<Cfg>::fn<<<g, Cfg::kThreads, Cfg::kSmem, s>>>(a, max_tiles);
+    Kernel<Cfg>::fn<<<g, Cfg::kThreads, Cfg::kSmem, s>>>(a);
     return last_launch(what);
   };
   if constexpr (B == TileB::q4 && EXACT)
@@ -289,8 +290,8 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
   if (p.r->max_tiles == 0) return {};
   const TileOrder order{gemm_n_first_enabled()};
   const GateUpArgs a{
-      g,     u,        p.n_ff, g.cols, *shift, p.x, lo_offset(p.x, p.x_lo), tiles_of(*p.r),
-      p.act, p.act_lo, order};
+      g,     u,        p.n_ff, g.cols,        *shift, p.x, lo_offset(p.x, p.x_lo), tiles_of(*p.r),
+      p.act, p.act_lo, order,  p.r->max_tiles};
   const dim3 grid = order.grid(p.r->max_tiles, (p.n_ff + 63) / 64);
   return launch_format<GateUpKernel, true>(g.fmt, exact, p.r->tile_rows, grid, a, s,
                                            "expert gate/up");
@@ -313,8 +314,8 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   if (p.r->max_tiles == 0) return {};
   const int64_t lo = lo_offset(p.act, p.act_lo);
   const TileOrder order{gemm_n_first_enabled()};
-  const DownArgs a{d,     p.n_embd, p.n_ff,         *shift,     p.r->top_k + 1,
-                   p.act, lo,       tiles_of(*p.r), p.slot_out, order};
+  const DownArgs a{d,  p.n_embd,       p.n_ff,     *shift, p.r->top_k + 1, p.act,
+                   lo, tiles_of(*p.r), p.slot_out, order,  p.r->max_tiles};
   const dim3 grid = order.grid(p.r->max_tiles, (p.n_embd + 127) / 128);
   return launch_format<DownKernel, false>(d.fmt, exact, p.r->tile_rows, grid, a, s, "expert down");
 }
