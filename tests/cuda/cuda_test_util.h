@@ -26,36 +26,40 @@ namespace orchid::test {
 // Which q4 GEMV runs for a scope: the tensor-core kernel (for every size), or the CUDA-core
 // ones with dp4a dot products on int8 x̂ codes (the streaming kernel for every single q4 matrix
 // of 2,048 columns when `stream`) or with fp32 products.
+// `placement`: the dp4a GEMV grids shaped for where their blocks land (kernels.h), or not.
 struct KernelPath {
-  bool mma, dp4a, stream = false;
+  bool mma, dp4a, stream = false, placement = true;
 };
 inline std::string path_name(KernelPath k) {
-  return k.mma      ? "tensor cores"
-         : k.stream ? "CUDA cores, dp4a stream"
-         : k.dp4a   ? "CUDA cores, dp4a"
-                    : "CUDA cores, fp32";
+  return k.mma          ? "tensor cores"
+         : k.stream     ? "CUDA cores, dp4a stream"
+         : !k.placement ? "CUDA cores, dp4a, placement off"
+         : k.dp4a       ? "CUDA cores, dp4a"
+                        : "CUDA cores, fp32";
 }
 inline void PrintTo(const KernelPath& k, std::ostream* os) {
   *os << path_name(k);
 }
 struct PathMode {
-  KernelPath saved{cuda::mma_enabled(), cuda::dp4a_enabled()};
+  KernelPath saved{cuda::mma_enabled(), cuda::dp4a_enabled(), false, cuda::placement_enabled()};
   int saved_rows = cuda::mma_min_rows(), saved_stream_rows = cuda::stream_min_rows();
   explicit PathMode(KernelPath k) {
     cuda::set_mma_enabled(k.mma);
     cuda::set_dp4a_enabled(k.dp4a);
+    cuda::set_placement_enabled(k.placement);
     cuda::set_mma_min_rows(0);
     cuda::set_stream_min_rows(k.stream ? 0 : std::numeric_limits<int>::max());
   }
   ~PathMode() {
     cuda::set_mma_enabled(saved.mma);
     cuda::set_dp4a_enabled(saved.dp4a);
+    cuda::set_placement_enabled(saved.placement);
     cuda::set_mma_min_rows(saved_rows);
     cuda::set_stream_min_rows(saved_stream_rows);
   }
 };
 constexpr KernelPath kAllPaths[] = {
-    {false, false}, {false, true}, {true, false}, {false, true, true}};
+    {false, false}, {false, true}, {true, false}, {false, true, true}, {false, true, false, false}};
 
 #define ORCHID_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

@@ -137,8 +137,9 @@ TEST(CudaAttention, DecodeMatchesReference) {
   for (AttnCase cs : {AttnCase{16, 2, 256, 64, 0, 1}, AttnCase{16, 2, 256, 64, 40, 1},
                       AttnCase{16, 2, 256, 64, 1500, 1}, AttnCase{16, 2, 256, 64, 1500, 8},
                       AttnCase{16, 2, 256, 64, 9000, 64}, AttnCase{16, 2, 256, 64, 9000, 20},
-                      AttnCase{6, 2, 48, 24, 77, 1}, AttnCase{6, 2, 48, 24, 77, 4},
-                      AttnCase{6, 2, 64, 32, 77, 4}, AttnCase{4, 4, 128, 64, 300, 2}}) {
+                      AttnCase{16, 2, 256, 64, 20000, 128}, AttnCase{6, 2, 48, 24, 77, 1},
+                      AttnCase{6, 2, 48, 24, 77, 4}, AttnCase{6, 2, 64, 32, 77, 4},
+                      AttnCase{4, 4, 128, 64, 300, 2}}) {
     const int G = cs.nh / cs.nkv, hd = cs.hd, cap = cs.pos + 1;
     auto qg = test::random_floats(size_t(cs.nh) * 2 * hd, -1.f, 1.f, rng);
     auto k = test::random_floats(size_t(cs.nkv) * hd, -1.f, 1.f, rng);
@@ -175,19 +176,23 @@ TEST(CudaAttention, DecodeMatchesReference) {
       EXPECT_EQ(kc2.host(), dkc.host()) << "unfused K cache";
       EXPECT_EQ(vc2.host(), dvc.host()) << "unfused V cache";
     }
-    // Both score paths (CUDA cores, tensor cores) on the same normed q and cache, the output
-    // poisoned (NaN) before each launch so that a dim no block writes fails. 20 ranges (9,001 keys
-    // in 282 tiles of 32, 15 tiles per range): the last range is empty, as are ranges 57-63 of
-    // the 64-range case.
+    // The three score paths (CUDA cores; tensor cores at 4 warps a block; tensor cores at 8 where
+    // the grid fits one block an SM) on the same normed q and cache, the output poisoned (NaN)
+    // before each launch so that a dim no block writes fails. 20 ranges (9,001 keys in 282 tiles
+    // of 32, 15 tiles per range): the last range is empty, as are ranges 57-63 of the 64-range
+    // case; 128 ranges of 2 KV heads take more blocks than the H200's 132 SMs (4 warps either way).
     std::vector<std::vector<float>> outs;
-    const bool saved_mma = cuda::attention_mma_enabled();
-    for (bool mma : {false, true}) {
+    const bool saved_mma = cuda::attention_mma_enabled(),
+               saved_wide = cuda::attention_wide_enabled();
+    for (auto [mma, wide] : {std::pair{false, false}, {true, false}, {true, true}}) {
       cuda::set_attention_mma_enabled(mma);
+      cuda::set_attention_wide_enabled(wide);
       ORCHID_CUDA_OK(cudaMemset(dout.get(), 0xff, dout.bytes()));
       ORCHID_CUDA_OK(cudaMemset(pacc.get(), 0xff, pacc.bytes()));
       ORCHID_CUDA_OK(cudaMemset(pml.get(), 0xff, pml.bytes()));
       const Status st = cuda::launch_attention_decode(p, nullptr);
       cuda::set_attention_mma_enabled(saved_mma);
+      cuda::set_attention_wide_enabled(saved_wide);
       ASSERT_TRUE(st.ok()) << st.message();
       ORCHID_CUDA_OK(cudaDeviceSynchronize());
       outs.push_back(dout.host());
@@ -213,7 +218,8 @@ TEST(CudaAttention, DecodeMatchesReference) {
       ORCHID_CUDA_OK(cudaStreamSynchronize(st));
       ORCHID_CUDA_OK(cudaStreamDestroy(st));
       ASSERT_TRUE(ok);
-      EXPECT_EQ(out4.host(), outs[1]) << "back to back, pos " << cs.pos;
+      EXPECT_EQ(out4.host(), outs[cuda::attention_wide_enabled() ? 2 : 1])
+          << "back to back, pos " << cs.pos;
     }
     // Reference: norm + RoPE (double), the new row rounded to bf16 into the cache.
     auto norm_rope = [&](const float* x, const std::vector<float>& w, std::vector<double>& y) {
@@ -273,9 +279,11 @@ TEST(CudaAttention, DecodeMatchesReference) {
         for (size_t k = 0; k < outs.size(); ++k) {
           const float got = outs[k][size_t(h) * hd + d];
           if (!(std::fabs(got - want) <= 1e-4) && bad++ < 5)  // NaN fails too
-            ADD_FAILURE() << (k ? "tensor cores" : "CUDA cores") << " pos " << cs.pos << " split "
-                          << cs.n_split << " head " << h << " dim " << d << ": " << got << " vs "
-                          << want;
+            ADD_FAILURE() << (k == 0   ? "CUDA cores"
+                              : k == 1 ? "tensor cores"
+                                       : "tensor cores, 8 warps")
+                          << " pos " << cs.pos << " split " << cs.n_split << " head " << h
+                          << " dim " << d << ": " << got << " vs " << want;
         }
       }
     }

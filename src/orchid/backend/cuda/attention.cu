@@ -123,22 +123,22 @@ __device__ __forceinline__ void unpack8(uint4 u, float (&out)[8]) {
 // After a block's warps have left (m, l) per head in s_ml and their accumulators in s_acc:
 // the block's result per query head of the group — the gated output (one range) or the range's
 // partial for the combine kernel.
-template <int G>
+template <int G, int W>
 __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int split, int n_split,
-                                                const float (&s_ml)[kAttnWarps][G][2],
-                                                const float (&s_acc)[kAttnWarps][G][kMaxHeadDim]) {
+                                                const float (&s_ml)[W][G][2],
+                                                const float (&s_acc)[W][G][kMaxHeadDim]) {
   const int hd = p.hd;
   const int gq = G * hd;
   const bool direct = n_split == 1;
   // Per head: the max over warps, each warp's weight exp(m_w − max) (0 for a warp without keys)
   // and the weighted sum of l — once per head, not per output dim (at 4K context the merge
   // was most of the kernel's instructions).
-  __shared__ float s_f[kAttnWarps][G], s_head[G][2];
+  __shared__ float s_f[W][G], s_head[G][2];
   if (int(threadIdx.x) < G) {
     const int h = threadIdx.x;
     float mx = -INFINITY, ls = 0.f;
-    for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_ml[w][h][0]);
-    for (int w = 0; w < kAttnWarps; ++w) {
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, s_ml[w][h][0]);
+    for (int w = 0; w < W; ++w) {
       const float f = s_ml[w][h][0] == -INFINITY ? 0.f : expf(s_ml[w][h][0] - mx);
       s_f[w][h] = f;
       ls += s_ml[w][h][1] * f;
@@ -151,7 +151,7 @@ __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int 
     const float mx = s_head[h][0], ls = s_head[h][1];
     float a = 0.f;
 #pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) a = fmaf(s_acc[w][h][d], s_f[w][h], a);
+    for (int w = 0; w < W; ++w) a = fmaf(s_acc[w][h][d], s_f[w][h], a);
     const int head = g * G + h;
     if (direct) {
       const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       for (int e = 0; e < 8; ++e) s_acc[warp][h][lane * 8 + e] = acc[h][e];
   }
   __syncthreads();
-  merge_and_store<G>(p, g, split, n_split, s_ml, s_acc);
+  merge_and_store<G, kAttnWarps>(p, g, split, n_split, s_ml, s_acc);
 }
 
 // The same on tensor cores (ORCHID_MMA_ATTENTION=0: the kernel above), for head sizes 64, 128,
@@ -290,21 +290,26 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 // Rows are padded to a 64-byte offset modulo 128, so a quarter warp's K fragment reads fall in
 // distinct banks (its V reads, rows 2t of one address modulo 128, still conflict 4-way). After
 // the key loop the same memory holds the warps' accumulators.
+// W warps a block: 4, or 8 (ORCHID_WIDE_ATTENTION, when the grid fits one block an SM): a
+// range of 128 keys is 8 stages, so 8 warps request all of them before the dependency wait,
+// where 4 warps take two stages each and the second one's round trip comes after the first's
+// products. Past one block an SM (long contexts: 2 × 128 ranges) 4 warps keep three blocks an
+// SM, which 8 warps' 147 KB of stages would not.
 constexpr int kStage = 16;
 constexpr int kStageNt = kStage / 8;  // 8-key column blocks per stage
 template <int HD>
 __host__ __device__ constexpr int stage_row() {  // bf16 per staged row
   return HD + 32;
 }
-template <int G, int HD>
+template <int G, int HD, int W>
 constexpr size_t attention_mma_smem() {
-  const size_t stages = size_t(kAttnWarps) * 2 * kStage * stage_row<HD>() * sizeof(uint16_t);
-  const size_t merge = sizeof(float) * kAttnWarps * G * kMaxHeadDim;
+  const size_t stages = size_t(W) * 2 * kStage * stage_row<HD>() * sizeof(uint16_t);
+  const size_t merge = sizeof(float) * W * G * kMaxHeadDim;
   return stages > merge ? stages : merge;
 }
 
-template <int G, int HD>
-__global__ void __launch_bounds__(kAttnWarps * 32)
+template <int G, int HD, int W>
+__global__ void __launch_bounds__(W * 32)
     attention_mma_kernel(const __grid_constant__ AttnParams p) {
   constexpr int kBlocks = HD / 32;  // 32-dim blocks of a row (q·k)
   constexpr int kMt = HD / 16;      // 16-dim output tiles (P·V)
@@ -325,7 +330,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const uint16_t* kcache = p.kc + size_t(g) * HD;
   const uint16_t* vcache = p.vc + size_t(g) * HD;
 
-  // Warp w takes stages (kStage keys) w, w + kAttnWarps, … of the block's range. Rows
+  // Warp w takes stages (kStage keys) w, w + W, … of the block's range. Rows
   // [r_begin, r_end) of the stage at key j0 into the warp's stage memory as one cp.async group;
   // rows past the last key repeat it (they are masked). Lane ℓ copies 16-byte chunks ℓ, ℓ + 32,
   // … of each row (a row is HD / 8 chunks), walking rows by pointer increments.
@@ -381,7 +386,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
   float acc[kMt][4] = {};  // Oᵀ: [dims HD/8·gq + i (c0, c1), + kMt + i (c2, c3)] × heads 2t, 2t+1
   float m = -INFINITY, l = 0.f;  // head gq's running max and sum
-  for (bool first = true; s < s_end; s += kAttnWarps, first = false) {
+  for (bool first = true; s < s_end; s += W, first = false) {
     const int j0 = s * kStage;
     // The first stage's newest-key rows, or a whole later stage: K then V, so that after
     // the wait below at most the last V group is in flight.
@@ -467,9 +472,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 
   // Merge the warps as attention_kernel does; head h's (m, l) sit in lanes 4h … 4h + 3. The
   // stage memory now holds the accumulators.
-  __shared__ float s_ml[kAttnWarps][G][2];
+  __shared__ float s_ml[W][G][2];
   __syncthreads();  // every warp's last stage is read
-  auto& s_acc = *reinterpret_cast<float(*)[kAttnWarps][G][kMaxHeadDim]>(smem_attn);
+  auto& s_acc = *reinterpret_cast<float(*)[W][G][kMaxHeadDim]>(smem_attn);
   if (t == 0 && gq < G) s_ml[warp][gq][0] = m, s_ml[warp][gq][1] = l;
 #pragma unroll
   for (int i = 0; i < kMt; ++i) {
@@ -479,7 +484,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       s_acc[warp][2 * t + 1][d_lo] = acc[i][1], s_acc[warp][2 * t + 1][d_hi] = acc[i][3];
   }
   __syncthreads();
-  merge_and_store<G>(p, g, split, n_split, s_ml, s_acc);
+  merge_and_store<G, W>(p, g, split, n_split, s_ml, s_acc);
 }
 
 // Merges the per-range partials of every (KV head, group head) and applies the output gate.
@@ -524,27 +529,35 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
   p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
 }
 
-template <int G, int HD>
-Status launch_mma(const AttnParams& p, dim3 grid, dim3 block, cudaStream_t s) {
-  constexpr size_t smem = attention_mma_smem<G, HD>();
+template <int G, int HD, int W>
+Status launch_mma(const AttnParams& p, dim3 grid, cudaStream_t s) {
+  constexpr size_t smem = attention_mma_smem<G, HD, W>();
   // More than the default 48 KB of dynamic shared memory must be allowed explicitly.
   // Set on every launch (cheap), so it holds for whichever device is current.
-  if (cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<G, HD>,
+  if (cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<G, HD, W>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       e != cudaSuccess)
     return err("attention (mma): ", cudaGetErrorString(e));
-  return launch("attention (mma)", attention_mma_kernel<G, HD>, grid, block, smem, s, p);
+  return launch("attention (mma)", attention_mma_kernel<G, HD, W>, grid, dim3(W * 32), smem, s, p);
+}
+
+// 8 warps a block where the grid takes at most one block an SM (see kStage).
+template <int G, int HD>
+Status launch_mma_width(const AttnParams& p, dim3 grid, cudaStream_t s) {
+  if (attention_wide_enabled() && int64_t(grid.x) * grid.y <= sm_count())
+    return launch_mma<G, HD, 8>(p, grid, s);
+  return launch_mma<G, HD, kAttnWarps>(p, grid, s);
 }
 
 template <int G>
 Status launch_scores(const AttnParams& p, cudaStream_t s) {
-  const dim3 grid(p.n_head_kv, p.n_split), block(kAttnWarps * 32);
+  const dim3 grid(p.n_head_kv, p.n_split);
   if (attention_mma_enabled()) {
-    if (p.hd == 256) return launch_mma<G, 256>(p, grid, block, s);
-    if (p.hd == 128) return launch_mma<G, 128>(p, grid, block, s);
-    if (p.hd == 64) return launch_mma<G, 64>(p, grid, block, s);
+    if (p.hd == 256) return launch_mma_width<G, 256>(p, grid, s);
+    if (p.hd == 128) return launch_mma_width<G, 128>(p, grid, s);
+    if (p.hd == 64) return launch_mma_width<G, 64>(p, grid, s);
   }
-  return launch("attention", attention_kernel<G>, grid, block, 0, s, p);
+  return launch("attention", attention_kernel<G>, grid, dim3(kAttnWarps * 32), 0, s, p);
 }
 
 template <int G>
@@ -555,7 +568,7 @@ Status launch_g(const AttnParams& p, cudaStream_t s) {
                 dim3((p.hd + 31) / 32 * 32 * kCombineParts), 0, s, p, G);
 }
 
-std::atomic<bool> g_attention_mma{true};
+std::atomic<bool> g_attention_mma{true}, g_attention_wide{true};
 
 }  // namespace
 
@@ -564,6 +577,12 @@ bool attention_mma_enabled() {
 }
 void set_attention_mma_enabled(bool on) {
   g_attention_mma.store(on, std::memory_order_relaxed);
+}
+bool attention_wide_enabled() {
+  return g_attention_wide.load(std::memory_order_relaxed);
+}
+void set_attention_wide_enabled(bool on) {
+  g_attention_wide.store(on, std::memory_order_relaxed);
 }
 
 Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s) {

@@ -30,8 +30,10 @@ Switches Switches::from_env() {
   s.fused_norm = !env_off("ORCHID_FUSED_NORM");
   s.mma = !env_off("ORCHID_MMA");
   s.mma_attention = !env_off("ORCHID_MMA_ATTENTION");
+  s.wide_attention = !env_off("ORCHID_WIDE_ATTENTION");
   s.fused_routing = !env_off("ORCHID_FUSED_ROUTING");
   s.dp4a = !env_off("ORCHID_DP4A");
+  s.placement = !env_off("ORCHID_PLACEMENT");
   s.fused_expert = !env_off("ORCHID_FUSED_EXPERT");
   s.fused_qk = !env_off("ORCHID_FUSED_QK");
   s.stream_lm_head = !env_off("ORCHID_STREAM_LM_HEAD");
@@ -63,15 +65,18 @@ void Switches::apply() const {
   set_pdl_enabled(pdl);
   set_mma_enabled(mma);
   set_dp4a_enabled(dp4a);
+  set_placement_enabled(placement);
   set_stream_enabled(stream_lm_head);
   set_attention_mma_enabled(mma_attention);
+  set_attention_wide_enabled(wide_attention);
 }
 
 std::string Switches::graph_key() const {
   return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" + std::to_string(mma) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
          std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
-         std::to_string(fused_qk) + "/" + std::to_string(stream_lm_head);
+         std::to_string(fused_qk) + "/" + std::to_string(stream_lm_head) + "/" +
+         std::to_string(wide_attention) + "/" + std::to_string(placement);
 }
 
 CudaState::~CudaState() {

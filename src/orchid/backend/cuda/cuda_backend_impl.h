@@ -31,10 +31,15 @@ struct MoeRouting;  // prefill_kernels.h
 // ORCHID_STREAM_LM_HEAD=0 runs the lm_head on the tensor-core GEMV instead of the streaming dp4a
 // one; ORCHID_MMA=0 then runs it on the CUDA cores instead (with the stream on it has no effect);
 // ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores;
+// ORCHID_WIDE_ATTENTION=0 keeps the tensor-core attention at 4 warps a block where its grid
+// would take 8 (one block an SM, every stage of a range requested before the dependency wait);
 // ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue;
 // ORCHID_DP4A=0 runs the q4 projections, the q8 router and the experts on the earlier fp32
 // kernels instead of the dp4a ones (int8 x̂ codes, every row requested before the dependency
 // wait, the expert down rows before the gate/up launch ends: one design, measured as one);
+// ORCHID_PLACEMENT=0 lets the router's few blocks share SMs instead of reserving one each and
+// gives the out-projections one row a warp instead of two (grids shaped for where their blocks
+// land, kernels.h);
 // ORCHID_FUSED_EXPERT=0 forms SiLU(gate)·up and the weighted residual sum in kernels of their own
 // instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
 // write as three kernels instead of one.
@@ -85,11 +90,13 @@ constexpr int kGdnChunkedMinTokens = 192;
 struct Switches {
   bool graph = true;
   bool dp4a = true;
+  bool placement = true;
   bool fused_expert = true;
   bool fused_qk = true;
   bool stream_lm_head = true;
   bool mma = true;
   bool mma_attention = true;
+  bool wide_attention = true;
   bool fused_routing = true;
   bool split_kv = true;
   bool pdl = true;

@@ -49,6 +49,15 @@ Status launch(const char* what, void (*kernel)(KernelParams...), dim3 grid, dim3
 // Blocks of `kernel` (with `threads` threads, `smem` dynamic shared bytes) one SM holds at once.
 int resident_blocks(const void* kernel, int threads, size_t smem);
 
+// Multiprocessors of the current device (cached).
+int sm_count();
+
+// Dynamic shared memory that leaves room for only one block of a kernel on an SM (just over half
+// of an SM's shared memory; 0 if the device does not say). A grid of at most sm_count() such
+// blocks lands one block an SM, where the block scheduler would otherwise put two blocks of a
+// small grid on one SM while others stay empty (cached).
+size_t one_block_per_sm_smem();
+
 // Status of the launch just made on this thread.
 inline Status last_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();

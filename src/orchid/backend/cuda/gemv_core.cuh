@@ -337,9 +337,6 @@ Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
 // launch it takes.
 Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s);
 
-// Multiprocessors of the current device (cached).
-int sm_count();
-
 // Rows (or row pairs) per warp for `total` of them in one wave of `kernel`'s blocks of `threads`
 // threads and `smem` dynamic shared bytes; 0 when that takes more than `max_per_warp`.
 inline int rows_per_warp_one_wave(const void* kernel, int threads, size_t smem, int total,

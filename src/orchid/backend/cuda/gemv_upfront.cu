@@ -9,6 +9,7 @@
 // Lab numbers (bench/cuda/gemv_lab.cu, H200, 30 launches back to back, session 4): 12,352 ×
 // 2,048 rows 12.3 µs with gemv.cu's kernel → 8.3 (this layout, fp32 products) → 6.7 (dp4a,
 // x̂ quantised from registers); the loads alone 4.1, the prologue alone 2.1.
+#include <algorithm>
 #include <atomic>
 #include <type_traits>
 
@@ -17,7 +18,7 @@
 namespace orchid::cuda {
 namespace {
 
-std::atomic<bool> g_dp4a{true};
+std::atomic<bool> g_dp4a{true}, g_placement{true};
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
@@ -90,11 +91,24 @@ template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
   const auto kernel = upfront_gemv_kernel<F, NI, ROWS>;
   const size_t smem = x_quant_smem_bytes(p.cols / 32);
-  const int rpw =
+  int rpw =
       rows_per_warp_one_wave(reinterpret_cast<const void*>(kernel), kThreads, smem, total, ROWS);
   if (rpw == 0) return false;
+  // The 4,096-wide out-projections follow the DeltaNet step (32 blocks of 60K registers) or the
+  // attention combine: at the fewest rows a warp (1) their 256 blocks do not all fit beside those,
+  // and the ones placed late request their rows after the wait. At 2 rows a warp the 128 blocks
+  // all fit at once.
+  if (placement_enabled() && F == DevFormat::q4 && NI == 4) rpw = ROWS;
   const int blocks = (total + kWarps * rpw - 1) / (kWarps * rpw);
-  if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), smem, s, p, rpw);
+  size_t dyn = smem;
+  if (F == DevFormat::q8 && placement_enabled() && blocks <= sm_count()) {
+    dyn = std::max(smem, one_block_per_sm_smem());
+    if (cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn));
+        e != cudaSuccess)
+      return err("upfront gemv: ", cudaGetErrorString(e));
+  }
+  if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), dyn, s, p, rpw);
       !st.ok())
     return st.error();
   return true;
@@ -107,6 +121,12 @@ bool dp4a_enabled() {
 }
 void set_dp4a_enabled(bool on) {
   g_dp4a.store(on, std::memory_order_relaxed);
+}
+bool placement_enabled() {
+  return g_placement.load(std::memory_order_relaxed);
+}
+void set_placement_enabled(bool on) {
+  g_placement.store(on, std::memory_order_relaxed);
 }
 
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s) {

@@ -152,6 +152,10 @@ Status launch_attention_decode(const AttnParams& p, cudaStream_t s);
 // on the CUDA cores. Process-wide; the backend sets it from its switch.
 bool attention_mma_enabled();
 void set_attention_mma_enabled(bool on);
+// Whether the tensor-core kernel runs 8 warps a block (one 16-key stage each of a 128-key range,
+// all requested before the dependency wait) where its grid fits one block an SM, or always 4.
+bool attention_wide_enabled();
+void set_attention_wide_enabled(bool on);
 
 // ---- Gated DeltaNet (one token) -------------------------------------------------------------
 
@@ -199,6 +203,13 @@ void set_mma_min_rows(int rows);
 // the earlier fp32 kernels (the ablation). Process-wide; the backend sets it from its switch.
 bool dp4a_enabled();
 void set_dp4a_enabled(bool on);
+// Whether the q8 router's and the q4 out-projections' GEMV grids are shaped for where their
+// blocks land (default): the router's 33 blocks reserve over half an SM's shared memory each, so
+// they land one an SM, and the out-projections take 2 rows a warp (128 blocks, which all fit
+// beside the kernel before them); or (the ablation) both at the fewest rows a warp, placed where
+// the block scheduler puts them. Process-wide; the backend sets it from its switch.
+bool placement_enabled();
+void set_placement_enabled(bool on);
 // Whether single q4 GEMVs of 2,048 columns and at least stream_min_rows() rows (default 32768:
 // the lm_head) run the streaming dp4a kernel (gemv_stream.cu; default, with dp4a on) before the
 // tensor cores are considered. Process-wide; the backend sets the first from its switch, tests

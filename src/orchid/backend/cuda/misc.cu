@@ -53,6 +53,20 @@ bool sm90a_kernel_runs(const void* kernel, size_t smem) {
   return prop.major == 9 && prop.minor == 0 && a.ptxVersion >= 90 && size_t(optin) >= smem;
 }
 
+size_t one_block_per_sm_smem() {
+  static const size_t n = [] {
+    int dev = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) !=
+            cudaSuccess) {
+      cudaGetLastError();
+      return size_t(0);
+    }
+    return size_t(per_sm) / 2 + 1024;
+  }();
+  return n;
+}
+
 int resident_blocks(const void* kernel, int threads, size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, size_t>, int> cache;
