@@ -541,11 +541,14 @@ Status launch_mma(const AttnParams& p, dim3 grid, cudaStream_t s) {
   return launch("attention (mma)", attention_mma_kernel<G, HD, W>, grid, dim3(W * 32), smem, s, p);
 }
 
-// 8 warps a block where the grid takes at most one block an SM (see kStage).
+// 8 warps a block where the grid takes at most one block an SM (see kStage) and the device
+// allows the 8 warps' stages (147 KB at head size 256: not on GPUs of 99 KB a block).
 template <int G, int HD>
 Status launch_mma_width(const AttnParams& p, dim3 grid, cudaStream_t s) {
-  if (attention_wide_enabled() && int64_t(grid.x) * grid.y <= sm_count())
-    return launch_mma<G, HD, 8>(p, grid, s);
+  constexpr int kWide = 8;
+  if (attention_wide_enabled() && int64_t(grid.x) * grid.y <= sm_count() &&
+      attention_mma_smem<G, HD, kWide>() <= size_t(smem_optin()))
+    return launch_mma<G, HD, kWide>(p, grid, s);
   return launch_mma<G, HD, kAttnWarps>(p, grid, s);
 }
 

@@ -548,15 +548,6 @@ namespace {
 
 constexpr size_t kChunkedSmem = std::max(sizeof(PrepSmem), sizeof(ScanSmem));
 
-// The current device's opt-in shared memory a block (0 when it cannot be read).
-int smem_optin() {
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    return 0;
-  return optin;
-}
-
 }  // namespace
 
 bool gdn_chunked_supported() {

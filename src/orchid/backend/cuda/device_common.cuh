@@ -52,6 +52,9 @@ int resident_blocks(const void* kernel, int threads, size_t smem);
 // Multiprocessors of the current device (cached).
 int sm_count();
 
+// The current device's opt-in shared memory a block (0 when it cannot be read).
+int smem_optin();
+
 // Dynamic shared memory that leaves room for only one block of a kernel on an SM (just over half
 // of an SM's shared memory; 0 if the device does not say). A grid of at most sm_count() such
 // blocks lands one block an SM, where the block scheduler would otherwise put two blocks of a

@@ -53,6 +53,16 @@ bool sm90a_kernel_runs(const void* kernel, size_t smem) {
   return prop.major == 9 && prop.minor == 0 && a.ptxVersion >= 90 && size_t(optin) >= smem;
 }
 
+int smem_optin() {
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return optin;
+}
+
 size_t one_block_per_sm_smem() {
   static const size_t n = [] {
     int dev = 0, per_sm = 0;
