@@ -37,6 +37,7 @@ Switches Switches::from_env() {
   s.fused_expert = !env_off("ORCHID_FUSED_EXPERT");
   s.fused_qk = !env_off("ORCHID_FUSED_QK");
   s.stream_lm_head = !env_off("ORCHID_STREAM_LM_HEAD");
+  s.bulk_lm_head = !env_off("ORCHID_BULK_LM_HEAD");
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
     s.keys_per_split = std::max(32, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
@@ -67,6 +68,7 @@ void Switches::apply() const {
   set_dp4a_enabled(dp4a);
   set_placement_enabled(placement);
   set_stream_enabled(stream_lm_head);
+  set_bulk_enabled(bulk_lm_head);
   set_attention_mma_enabled(mma_attention);
   set_attention_wide_enabled(wide_attention);
 }
@@ -76,7 +78,8 @@ std::string Switches::graph_key() const {
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
          std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
          std::to_string(fused_qk) + "/" + std::to_string(stream_lm_head) + "/" +
-         std::to_string(wide_attention) + "/" + std::to_string(placement);
+         std::to_string(wide_attention) + "/" + std::to_string(placement) + "/" +
+         std::to_string(bulk_lm_head);
 }
 
 CudaState::~CudaState() {

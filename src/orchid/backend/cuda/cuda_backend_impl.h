@@ -30,6 +30,8 @@ struct MoeRouting;  // prefill_kernels.h
 // ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues;
 // ORCHID_STREAM_LM_HEAD=0 runs the lm_head on the tensor-core GEMV instead of the streaming dp4a
 // one; ORCHID_MMA=0 then runs it on the CUDA cores instead (with the stream on it has no effect);
+// ORCHID_BULK_LM_HEAD=0 streams the lm_head through registers instead of through shared-memory
+// stages that the copy engine fills (gemv_bulk.cu; sm_90a only, elsewhere no effect);
 // ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores;
 // ORCHID_WIDE_ATTENTION=0 keeps the tensor-core attention at 4 warps a block where its grid
 // would take 8 (one block an SM, every stage of a range requested before the dependency wait);
@@ -94,6 +96,7 @@ struct Switches {
   bool fused_expert = true;
   bool fused_qk = true;
   bool stream_lm_head = true;
+  bool bulk_lm_head = true;
   bool mma = true;
   bool mma_attention = true;
   bool wide_attention = true;

@@ -139,6 +139,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"fused_expert", base.fused_expert},
                      {"fused_qk", base.fused_qk},
                      {"stream_lm_head", base.stream_lm_head},
+                     {"bulk_lm_head", base.bulk_lm_head},
                      {"keys_per_split", base.keys_per_split},
                      {"max_split", base.max_split}};
   nlohmann::json speed = nlohmann::json::object();
@@ -182,7 +183,8 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         {"placement", &cuda::Switches::placement},
         {"fused_expert", &cuda::Switches::fused_expert},
         {"fused_qk", &cuda::Switches::fused_qk},
-        {"stream_lm_head", &cuda::Switches::stream_lm_head}};
+        {"stream_lm_head", &cuda::Switches::stream_lm_head},
+        {"bulk_lm_head", &cuda::Switches::bulk_lm_head}};
     for (const auto& [sw, member] : kSwitches) {
       cuda::Switches s = base;
       s.*member = false;

@@ -273,25 +273,50 @@ __device__ __forceinline__ float pick_key(const GemvParams& p, uint64_t key_base
   return logit * p.inv_temp - logf(-logf(u));
 }
 
-constexpr int kPickThreads = 256;  // block size of the kernels that call finish_argmax
+constexpr int kPickThreads = 256;  // block size of most kernels that call finish_argmax
+
+// The warp's best (value, index) in every lane, by shuffles: `better` is a total order on the
+// pairs, so the tree gives the same winner as a serial scan.
+__device__ __forceinline__ void warp_best(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) v = ov, i = oi;
+  }
+}
+
+// The block's best (value, index) in thread 0: each warp by shuffles, then warp 0 over the warps'
+// bests (through cand_v / cand_i, T / 32 entries). Called by every thread; ends without a barrier
+// after warp 0's reads.
+template <int T>
+__device__ __forceinline__ void block_best(float& v, int& i, float* cand_v, int* cand_i) {
+  static_assert(T % 32 == 0 && T <= 1024);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  warp_best(v, i);
+  if (lane == 0) cand_v[warp] = v, cand_i[warp] = i;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < T / 32 ? cand_v[lane] : -INFINITY;
+    i = lane < T / 32 ? cand_i[lane] : 0x7fffffff;
+    warp_best(v, i);
+  }
+}
 
 // Every thread passes its best (key, row); the block's best goes to p.partial, and the last
 // block to finish reduces all blocks' bests, writes the id to p.token, flags a stop id and
-// advances p.pos. PRECONDITION: blockDim.x == kPickThreads; called by every thread.
+// advances p.pos. Both reductions are shuffle trees (a serial scan of 512 candidates by one
+// thread took ~2.5 µs, twice on the step's critical path). PRECONDITION: blockDim.x == T;
+// called by every thread.
+template <int T = kPickThreads>
 __device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v, int best_i) {
-  __shared__ float cand_v[kPickThreads];
-  __shared__ int cand_i[kPickThreads];
+  __shared__ float cand_v[T / 32];
+  __shared__ int cand_i[T / 32];
   __shared__ bool last;
-  cand_v[threadIdx.x] = best_v;
-  cand_i[threadIdx.x] = best_i;
-  __syncthreads();
+  block_best<T>(best_v, best_i, cand_v, cand_i);
   if (threadIdx.x == 0) {
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int i = 0; i < kPickThreads; ++i)
-      if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
-    p.partial[2 * blockIdx.x] = bv;
-    p.partial[2 * blockIdx.x + 1] = __int_as_float(bi);
+    p.partial[2 * blockIdx.x] = best_v;
+    p.partial[2 * blockIdx.x + 1] = __int_as_float(best_i);
   }
   // Publish this block's result, then let the last block to finish do the reduction.
   __threadfence();
@@ -302,17 +327,13 @@ __device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v,
   __threadfence();
   float bv = -INFINITY;
   int bi = 0x7fffffff;
-  for (int b = threadIdx.x; b < int(gridDim.x); b += kPickThreads) {
+  for (int b = threadIdx.x; b < int(gridDim.x); b += T) {
     const float v = __ldcg(p.partial + 2 * b);
     const int i = __float_as_int(__ldcg(p.partial + 2 * b + 1));
     if (better(v, i, bv, bi)) bv = v, bi = i;
   }
-  cand_v[threadIdx.x] = bv;
-  cand_i[threadIdx.x] = bi;
-  __syncthreads();
+  block_best<T>(bv, bi, cand_v, cand_i);  // the barrier above ended warp 0's earlier reads
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kPickThreads; ++i)
-      if (better(cand_v[i], cand_i[i], bv, bi)) bv = cand_v[i], bi = cand_i[i];
     *p.token = bi;
     // The host reads it after an event that follows the step (so no system fence is needed).
     if (p.host_token) p.host_token[*p.pos & 1] = bi;
@@ -331,6 +352,10 @@ Expected<bool> launch_mma_gemv(const GemvParams& p, cudaStream_t s);
 // of 2,048; rows for one wave), validated by launch_gemv. Returns false when p is not a launch it
 // takes.
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
+
+// The bulk-copy stream of gemv_bulk.cu for p (the same launches as the streaming kernel below, on
+// an sm_90a device), validated by launch_gemv. Returns false when p is not a launch it takes.
+Expected<bool> launch_bulk_gemv(const GemvParams& p, cudaStream_t s);
 
 // The streaming dp4a GEMV of gemv_stream.cu for p (one q4 matrix of 2,048 columns and at least
 // stream_min_rows() rows: the lm_head), validated by launch_gemv. Returns false when p is not a

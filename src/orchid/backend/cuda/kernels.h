@@ -218,6 +218,11 @@ bool stream_enabled();
 void set_stream_enabled(bool on);
 int stream_min_rows();
 void set_stream_min_rows(int rows);
+// Whether those streaming launches run as a bulk-copy stream (gemv_bulk.cu: TMA fills shared
+// memory stages, ~180 KB in flight an SM; default, on an sm_90a device) instead of the register
+// stream. Process-wide; the backend sets it from its switch.
+bool bulk_enabled();
+void set_bulk_enabled(bool on);
 
 // ---- small kernels ----------------------------------------------------------------------------
 

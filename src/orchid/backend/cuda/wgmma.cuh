@@ -266,6 +266,29 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
+// One arrival on `bar` that also announces `bytes` of bulk copies completing on it (the phase
+// completes once the arrivals and the bytes are all in).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
+          bar),
+      "r"(bytes)
+      : "memory");
+#endif
+}
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory to shared
+// address `dst` on the copy engine (TMA), counted on `bar` as they land.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
+                                                    uint32_t bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
+}
 // One arrival on `bar` once all of this thread's earlier cp.async copies have landed (counted
 // in the barrier's initial count: .noinc).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
