@@ -123,14 +123,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kRowsPerWarp; ++i) v[i] = partial_dot_dp4a<kNi>(w[i], q);
     const int i = reduce_rows<kRowsPerWarp>(v, lane);  // lane's row of the warp's; v[0] its sum
     const int row = chunk * kRows + warp * kRowsPerWarp + i;
-    if ((lane & (32 / kRowsPerWarp - 1)) != 0 || row >= rows) continue;
-    if (!argmax) {
-      tk.y[row] = tk.add ? tk.add[row] + v[0] : v[0];
-    } else {
-      if (tk.y) tk.y[row] = v[0];
-      const float key = pick_key(p, key_base, v[0], row);
-      if (better(key, row, best_v, best_i)) best_v = key, best_i = row;
-    }
+    if ((lane & (32 / kRowsPerWarp - 1)) == 0 && row < rows)
+      stream_row_out(p, argmax, key_base, row, v[0], best_v, best_i);
   }
   if (argmax) finish_argmax<kThreads>(p, best_v, best_i);
 #endif

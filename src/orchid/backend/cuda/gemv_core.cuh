@@ -273,6 +273,20 @@ __device__ __forceinline__ float pick_key(const GemvParams& p, uint64_t key_base
   return logit * p.inv_temp - logf(-logf(u));
 }
 
+// The streaming kernels' per-row epilogue (row `row`, dot product v): y = v (+ add), or for the
+// pick the logit stored (when y is given) and the row kept if it beats the thread's best.
+__device__ __forceinline__ void stream_row_out(const GemvParams& p, bool argmax, uint64_t key_base,
+                                               int row, float v, float& best_v, int& best_i) {
+  const GemvTask& tk = p.task[0];
+  if (!argmax) {
+    tk.y[row] = tk.add ? tk.add[row] + v : v;
+    return;
+  }
+  if (tk.y) tk.y[row] = v;
+  const float key = pick_key(p, key_base, v, row);
+  if (better(key, row, best_v, best_i)) best_v = key, best_i = row;
+}
+
 constexpr int kPickThreads = 256;  // block size of most kernels that call finish_argmax
 
 // The warp's best (value, index) in every lane, by shuffles: `better` is a total order on the
