@@ -164,13 +164,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const float w = p.t.pair_w[j];
       float* out =
           p.slot_out + (int64_t(p.t.pair_token[j]) * p.n_slot + p.t.pair_slot[j]) * p.n_embd;
+      // Column pairs as one 8-byte store (n_embd even, rows 8-byte aligned: launch_expert_down).
 #pragma unroll
-      for (int f = 0; f < Cfg::NJ; ++f)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int cc = n0 + col0(f) + c;
-          if (cc < p.n_embd) out[cc] = w * acc[i][f][2 * h + c];
-        }
+      for (int f = 0; f < Cfg::NJ; ++f) {
+        const int cc = n0 + col0(f);
+        if (cc < p.n_embd)
+          *reinterpret_cast<float2*>(out + cc) =
+              make_float2(w * acc[i][f][2 * h], w * acc[i][f][2 * h + 1]);
+      }
     });
   };
   run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_embd + Cfg::BN - 1) / Cfg::BN, p.t.n_tiles,
@@ -303,12 +304,14 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   if (!shift) return shift.error();
   const DevMatrix& d = p.down;
   const int64_t rows = int64_t(p.r->n_expert + (p.r->shared_stacked ? 1 : 0)) * p.n_embd;
-  if (p.n_embd <= 0 || d.rows < rows || d.cols != p.n_ff || p.n_ff % 8 != 0)
+  if (p.n_embd <= 0 || p.n_embd % 2 != 0) return err("expert down: n_embd ", p.n_embd, " (even)");
+  if (d.rows < rows || d.cols != p.n_ff || p.n_ff % 8 != 0)
     return err("expert down: [", d.rows, ", ", d.cols, "] is not stacked [", rows, ", n_ff ",
                p.n_ff, "]");
   if (!p.act || !p.slot_out || reinterpret_cast<uintptr_t>(p.act) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(p.act_lo) % 16 != 0)
-    return err("expert down: act (and act_lo: 16-byte aligned) and slot_out needed");
+      reinterpret_cast<uintptr_t>(p.act_lo) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.slot_out) % 8 != 0)
+    return err("expert down: act (and act_lo: 16-byte aligned) and slot_out (8-byte) needed");
   const bool exact = p.act_lo != nullptr;
   if (exact) ORCHID_TRY(tile_exact_group(d, "expert down"));
   if (p.r->max_tiles == 0) return {};
