@@ -96,15 +96,21 @@ __device__ __forceinline__ void store_f16_split(float x, uint16_t* hi, uint16_t*
   hi[i] = __half_as_ushort(h);
   if (lo) lo[i] = __half_as_ushort(__float2half_rn(x - __half2float(h)));
 }
+// (x, y) as fp16 pairs hi and lo = (x, y) − hi, each packed in a word (x in the low half).
+__device__ __forceinline__ void f16x2_split(float x, float y, uint32_t& hi, uint32_t& lo) {
+  x = f16_saturate(x), y = f16_saturate(y);
+  const __half2 h = __floats2half2_rn(x, y);
+  const __half2 l = __floats2half2_rn(x - __low2float(h), y - __high2float(h));
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
 // Elements i, i + 1 (i even: 4-byte stores).
 __device__ __forceinline__ void store_f16x2_split(float x, float y, uint16_t* hi, uint16_t* lo,
                                                   int64_t i) {
-  x = f16_saturate(x), y = f16_saturate(y);
-  const __half2 h = __floats2half2_rn(x, y);
-  *reinterpret_cast<__half2*>(hi + i) = h;
-  if (lo)
-    *reinterpret_cast<__half2*>(lo + i) =
-        __floats2half2_rn(x - __low2float(h), y - __high2float(h));
+  uint32_t h, l;
+  f16x2_split(x, y, h, l);
+  *reinterpret_cast<uint32_t*>(hi + i) = h;
+  if (lo) *reinterpret_cast<uint32_t*>(lo + i) = l;
 }
 
 // Element (row, c) of a device matrix, dequantised (embedding rows).

@@ -112,20 +112,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       set_b(src, q, r < Cfg::BN / 2 ? p.gate : p.up, row, n < p.n_ff, sb_stride);
     }
   };
-  // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns.
+  // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns. A lane holds two columns
+  // of a fragment; lanes 2m and 2m + 1 swap halves so that each stores four consecutive ones
+  // (8 bytes; fragments j and j + 1 are 8 columns apart): the even lane fragment j's, the odd
+  // one fragment j + 1's. Rows past the tile's end join the swaps but store nothing.
   const auto store = [&](int tile, int col, const auto& acc) {
     const int j0 = p.t.begin[tile];
     const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = col * (Cfg::BN / 2);
+    const bool odd = threadIdx.x & 1;
     Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
-      if (r >= rows) return;
       const int64_t out = int64_t(j0 + r) * p.n_ff;
 #pragma unroll
-      for (int j = 0; j < Cfg::NJ / 2; ++j) {
-        const int c = n0 + col0(j);  // n_ff even: c + 1 fits too
-        if (c >= p.n_ff) continue;
-        const float* g = acc[i][j] + 2 * h;
-        const float* u = acc[i][j + Cfg::NJ / 2] + 2 * h;
-        store_f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], p.act, p.act_lo, out + c);
+      for (int j = 0; j < Cfg::NJ / 2; j += 2) {
+        uint32_t hi[2], lo[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const float* g = acc[i][j + q] + 2 * h;
+          const float* u = acc[i][j + q + Cfg::NJ / 2] + 2 * h;
+          f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], hi[q], lo[q]);
+        }
+        const uint32_t got_hi = __shfl_xor_sync(0xffffffffu, odd ? hi[0] : hi[1], 1);
+        const uint32_t got_lo = __shfl_xor_sync(0xffffffffu, odd ? lo[0] : lo[1], 1);
+        // n_ff a multiple of 8: a lane pair's four columns are all inside or all past the end.
+        const int c = odd ? n0 + col0(j + 1) - 2 : n0 + col0(j);
+        if (r >= rows || c >= p.n_ff) continue;
+        *reinterpret_cast<uint2*>(p.act + out + c) =
+            odd ? make_uint2(got_hi, hi[1]) : make_uint2(hi[0], got_hi);
+        if (p.act_lo)
+          *reinterpret_cast<uint2*>(p.act_lo + out + c) =
+              odd ? make_uint2(got_lo, lo[1]) : make_uint2(lo[0], got_lo);
       }
     });
   };

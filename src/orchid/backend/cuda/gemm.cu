@@ -51,6 +51,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       src.sb[q] = Cfg::kHasSb && r < n ? p.w.sb + int64_t(r) * sb_stride : nullptr;
     }
   };
+  // A lane's two adjacent columns (even first) as one 8-byte access where c and add allow it.
+  const bool pairs = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.add) % 8 == 0;
   const auto store = [&](int m0, int n0, const auto& acc) {
     Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
       const int row = m0 + r;
@@ -58,12 +61,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       float* c = p.c + int64_t(row) * p.ldc;
       const float* add = p.add ? p.add + int64_t(row) * p.ldc : nullptr;
 #pragma unroll
-      for (int j = 0; j < Cfg::NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = n0 + col0(j) + e;
-          if (col < n) c[col] = acc[i][j][2 * h + e] + (add ? add[col] : 0.f);
+      for (int j = 0; j < Cfg::NJ; ++j) {
+        const int col = n0 + col0(j);
+        float2 v = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        if (pairs && col + 1 < n) {
+          if (add) {
+            const float2 a = *reinterpret_cast<const float2*>(add + col);
+            v.x += a.x, v.y += a.y;
+          }
+          *reinterpret_cast<float2*>(c + col) = v;
+        } else {
+          if (col < n) c[col] = v.x + (add ? add[col] : 0.f);
+          if (col + 1 < n) c[col + 1] = v.y + (add ? add[col + 1] : 0.f);
         }
+      }
     });
   };
   if constexpr (Cfg::kWs) {
