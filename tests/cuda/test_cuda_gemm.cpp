@@ -234,7 +234,9 @@ void run_gemm(const GemmCase& cs) {
   DeviceMatrix dw(w);
   std::optional<ExactWeights> ew;
   if (cs.exact) ew.emplace(w);
-  const int lda = cs.k + cs.lda_pad, ldc = cs.n + 3;
+  // C's row stride: odd for odd M (the epilogue's one-float stores), even for even M and N (its
+  // 8-byte column pairs); past N never written either way.
+  const int lda = cs.k + cs.lda_pad, ldc = cs.n + (cs.m % 2 == 0 ? 4 : 3);
   const SplitRows a = random_rows(cs.exact, cs.m, cs.k, lda, rng);
   auto add = test::random_floats(size_t(cs.m) * ldc, -4.f, 4.f, rng);
   DevBuf<uint16_t> da(a.hi), dlo(a.lo);
