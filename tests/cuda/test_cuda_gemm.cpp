@@ -836,8 +836,28 @@ TEST(CudaPrefillRows, RmsNormWritesHiAndLo) {
   ASSERT_TRUE(cuda::launch_rms_norm_rows_f16(dx.get(), dw.get(), 1e-6f, rows, n, hi.get(), lo.get(),
                                              nullptr)
                   .ok());
+  // With a dot row (the shared-expert gate, q8): x̂ · row in fp32 from the unrounded x̂, one
+  // value a row at stride 3, within 1e-5 of Σ|x̂·w| (2,048 fp32 products and the norm).
+  test::HostMatrix gate(cuda::DevFormat::q8, 1, n, rng);
+  const test::DeviceMatrix dgate(gate);
+  DevBuf<uint16_t> hi2(x.size());
+  DevBuf<float> dots(std::vector<float>(size_t(rows) * 3, -7.f));
+  ASSERT_TRUE(cuda::launch_rms_norm_rows_f16(dx.get(), dw.get(), 1e-6f, rows, n, hi2.get(), nullptr,
+                                             nullptr, &dgate.m, dots.get(), 3)
+                  .ok());
   ORCHID_CUDA_OK(cudaDeviceSynchronize());
   check_split("rms norm", want, hi.host(), lo.host(), alone.host(), 0x1p-19);
+  EXPECT_EQ(hi2.host(), alone.host());
+  const auto got = dots.host();
+  for (int r = 0; r < rows; ++r) {
+    double dot = 0, mag = 0;
+    for (int c = 0; c < n; ++c) {
+      const double t = want[size_t(r) * n + c] * gate.w[size_t(c)];
+      dot += t, mag += std::fabs(t);
+    }
+    EXPECT_NEAR(got[size_t(r) * 3], dot, 1e-5 * mag + 1e-6) << "dot row " << r;
+    EXPECT_EQ(got[size_t(r) * 3 + 1], -7.f) << "between the dots, row " << r;
+  }
 }
 
 // silu(gate) · up in fp32 (expf, a division, a product: 2^-20), one product past fp16's range.

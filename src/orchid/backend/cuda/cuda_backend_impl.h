@@ -268,7 +268,8 @@ class CudaBackend final : public Backend {
   Status prefill_attention(CudaState& st, int l, int T, Profiler* prof);
   Status prefill_delta_net(CudaState& st, int l, int T, Profiler* prof);
   Status prefill_moe(const DevLayer& L, int T, Profiler* prof);
-  // Whether the layer's router and shared-expert gate fit the exact-path GEMM.
+  // Whether the layer's router fits the exact-path GEMM (the shared-expert gate is a dot in the
+  // norm kernel beside it).
   bool router_on_tensor_cores(const DevLayer& L) const;
   // The ORCHID_DEVICE_ROUTING=0 ablation: r's tables to the host and back, synchronously.
   Status round_trip_routing(const MoeRouting& r, int64_t pairs);

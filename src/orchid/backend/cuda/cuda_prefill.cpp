@@ -52,7 +52,7 @@ Status grow(DeviceArena& arena, T*& buf, int64_t& have, int64_t need, const char
 }  // namespace
 
 bool CudaBackend::router_on_tensor_cores(const DevLayer& L) const {
-  return gemm_takes(L.router, true) && gemm_takes(L.shared_gate, true);
+  return gemm_takes(L.router, true);
 }
 
 bool CudaBackend::prefill_supported() const {
@@ -229,15 +229,17 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* pro
 Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, E = c_.n_expert, slots = c_.n_expert_used + 1;
-  ORCHID_TRY(
-      launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
-  // Router logits [T, E + 1] (the shared expert's gate last). On the exact path they are GEMMs of
-  // xn's hi + lo pairs: within ~2⁻²⁰ of Σ|x·w| like the fp32 kernel, so near-tied top-k choices
-  // fall as the decode path's do; the fp16 path keeps the fp32 kernel (fp16 operands flip them).
+  // Router logits [T, E + 1] (the shared expert's gate last). On the exact path the router's are
+  // GEMMs of xn's hi + lo pairs: within ~2⁻²⁰ of Σ|x·w| like the fp32 kernel, so near-tied top-k
+  // choices fall as the decode path's do; the shared gate's one row is an fp32 dot in the norm
+  // kernel. The fp16 path keeps the fp32 kernel for all (fp16 operands flip near ties).
   const int n_logits = E + 1;
-  if (sw_.tc_router && P.xn_lo && router_on_tensor_cores(L)) {
+  const bool tc = sw_.tc_router && P.xn_lo && router_on_tensor_cores(L);
+  ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo,
+                                      stream_, tc ? &L.shared_gate : nullptr,
+                                      tc ? P.logits + E : nullptr, n_logits));
+  if (tc) {
     ORCHID_TRY(prefill_gemm(L.router, P.xn, P.xn_lo, H, T, P.logits, n_logits, nullptr));
-    ORCHID_TRY(prefill_gemm(L.shared_gate, P.xn, P.xn_lo, H, T, P.logits + E, n_logits, nullptr));
   } else {
     ORCHID_TRY(launch_router_logits_f32(P.h, L.post_norm, c_.rms_norm_eps, T, H, L.router,
                                         L.shared_gate, P.logits, stream_));

@@ -66,9 +66,13 @@ void set_gemm_dequant_scratch(uint16_t* buf, int64_t elems);
 // ---- Row-wise helpers -------------------------------------------------------------------------
 
 // out[t, :] = fp16(x[t, :] · rsqrt(mean(x[t, :]²) + eps) · w), one block per row; out_lo (may be
-// null) the remainder.
+// null) the remainder. With dot_out, also dot_out[t · dot_ld] = x̂[t, :] · dot_w[0, :] in fp32
+// from the unrounded x̂ (the MoE's shared-expert gate: one row, which as a GEMM would take a
+// whole 128-column tile).
 Status launch_rms_norm_rows_f16(const float* x, const float* w, float eps, int rows, int n,
-                                uint16_t* out, uint16_t* out_lo, cudaStream_t s);
+                                uint16_t* out, uint16_t* out_lo, cudaStream_t s,
+                                const DevMatrix* dot_w = nullptr, float* dot_out = nullptr,
+                                int dot_ld = 0);
 // h[t, :] = dequantised row tokens[t] of the embedding, t < T.
 Status launch_embed_rows(const DevMatrix& embd, const int* tokens, int T, float* h, int n_embd,
                          cudaStream_t s);

@@ -17,18 +17,27 @@ __global__ void kernel_embed_rows(const __grid_constant__ DevMatrix m, const int
     out[c] = matrix_element(m, row, c);
 }
 
-// One block per row.
+// One block per row. With dot_out, also the row's fp32 x̂ · dot_w (dot_w's row 0) into
+// dot_out[row · dot_ld].
 __global__ void __launch_bounds__(kThreads)
     kernel_rms_norm_rows_f16(const float* x, const float* w, float eps, int n, uint16_t* out,
-                             uint16_t* out_lo) {
+                             uint16_t* out_lo, const __grid_constant__ DevMatrix dot_w,
+                             float* dot_out, int dot_ld) {
   __shared__ float scratch[32];
   const int64_t row = int64_t(blockIdx.x) * n;
   const float* xr = x + row;
   float ss = 0.f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
   const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    store_f16_split(xr[i] * inv * w[i], out, out_lo, row + i);
+  float dot = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * inv * w[i];
+    store_f16_split(v, out, out_lo, row + i);
+    if (dot_out) dot = fmaf(v, matrix_element(dot_w, 0, i), dot);
+  }
+  if (!dot_out) return;
+  dot = block_sum(dot, scratch);
+  if (threadIdx.x == 0) dot_out[int64_t(blockIdx.x) * dot_ld] = dot;
 }
 
 // Thread per (token, column) of the shared expert kept apart: act = fp16(silu(gate) · up), gate
@@ -80,9 +89,13 @@ Status launch_embed_rows(const DevMatrix& embd, const int* tokens, int T, float*
 }
 
 Status launch_rms_norm_rows_f16(const float* x, const float* w, float eps, int rows, int n,
-                                uint16_t* out, uint16_t* out_lo, cudaStream_t s) {
+                                uint16_t* out, uint16_t* out_lo, cudaStream_t s,
+                                const DevMatrix* dot_w, float* dot_out, int dot_ld) {
   if (rows < 1 || n < 1) return err("rms norm rows: ", rows, " × ", n);
-  kernel_rms_norm_rows_f16<<<rows, kThreads, 0, s>>>(x, w, eps, n, out, out_lo);
+  if (dot_out && (!dot_w || dot_w->rows < 1 || dot_w->cols != n || dot_ld < 1))
+    return err("rms norm rows: the dot row must be 1 × ", n);
+  kernel_rms_norm_rows_f16<<<rows, kThreads, 0, s>>>(
+      x, w, eps, n, out, out_lo, dot_out ? *dot_w : DevMatrix{}, dot_out, dot_ld);
   return last_launch("rms norm rows");
 }
 
