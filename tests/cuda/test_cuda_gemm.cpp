@@ -836,8 +836,8 @@ TEST(CudaPrefillRows, RmsNormWritesHiAndLo) {
   ASSERT_TRUE(cuda::launch_rms_norm_rows_f16(dx.get(), dw.get(), 1e-6f, rows, n, hi.get(), lo.get(),
                                              nullptr)
                   .ok());
-  // With a dot row (the shared-expert gate, q8): x̂ · row in fp32 from the unrounded x̂, one
-  // value a row at stride 3, within 1e-5 of Σ|x̂·w| (2,048 fp32 products and the norm).
+  // With a dot row (the shared-expert gate, q8): x̂ · row in fp32, one value a row at stride 3,
+  // within 1e-5 of Σ|x̂·w| (2,048 fp32 products and the norm).
   test::HostMatrix gate(cuda::DevFormat::q8, 1, n, rng);
   const test::DeviceMatrix dgate(gate);
   DevBuf<uint16_t> hi2(x.size());

@@ -67,8 +67,8 @@ void set_gemm_dequant_scratch(uint16_t* buf, int64_t elems);
 
 // out[t, :] = fp16(x[t, :] · rsqrt(mean(x[t, :]²) + eps) · w), one block per row; out_lo (may be
 // null) the remainder. With dot_out, also dot_out[t · dot_ld] = x̂[t, :] · dot_w[0, :] in fp32
-// from the unrounded x̂ (the MoE's shared-expert gate: one row, which as a GEMM would take a
-// whole 128-column tile).
+// (as rsqrt(…) · Σ x · w · dot_w, summed beside Σ x²: the MoE's shared-expert gate, one row, which
+// as a GEMM would take a whole 128-column tile and a launch).
 Status launch_rms_norm_rows_f16(const float* x, const float* w, float eps, int rows, int n,
                                 uint16_t* out, uint16_t* out_lo, cudaStream_t s,
                                 const DevMatrix* dot_w = nullptr, float* dot_out = nullptr,

@@ -23,21 +23,20 @@ __global__ void __launch_bounds__(kThreads)
     kernel_rms_norm_rows_f16(const float* x, const float* w, float eps, int n, uint16_t* out,
                              uint16_t* out_lo, const __grid_constant__ DevMatrix dot_w,
                              float* dot_out, int dot_ld) {
-  __shared__ float scratch[32];
+  __shared__ float scratch[64];
   const int64_t row = int64_t(blockIdx.x) * n;
   const float* xr = x + row;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-  const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
-  float dot = 0.f;
+  // Σ x², and Σ x · w · dot_w, which times the norm's factor is x̂ · dot_w: one reduction.
+  float2 sums = make_float2(0.f, 0.f);
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = xr[i] * inv * w[i];
-    store_f16_split(v, out, out_lo, row + i);
-    if (dot_out) dot = fmaf(v, matrix_element(dot_w, 0, i), dot);
+    sums.x = fmaf(xr[i], xr[i], sums.x);
+    if (dot_out) sums.y = fmaf(xr[i] * w[i], matrix_element(dot_w, 0, i), sums.y);
   }
-  if (!dot_out) return;
-  dot = block_sum(dot, scratch);
-  if (threadIdx.x == 0) dot_out[int64_t(blockIdx.x) * dot_ld] = dot;
+  sums = block_sum2(sums, scratch);
+  const float inv = rsqrtf(sums.x / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    store_f16_split(xr[i] * inv * w[i], out, out_lo, row + i);
+  if (dot_out && threadIdx.x == 0) dot_out[int64_t(blockIdx.x) * dot_ld] = sums.y * inv;
 }
 
 // Thread per (token, column) of the shared expert kept apart: act = fp16(silu(gate) · up), gate
