@@ -234,8 +234,9 @@ void run_gemm(const GemmCase& cs) {
   DeviceMatrix dw(w);
   std::optional<ExactWeights> ew;
   if (cs.exact) ew.emplace(w);
-  // C's row stride: odd for odd M (the epilogue's one-float stores), even for even M and N (its
-  // 8-byte column pairs); past N never written either way.
+  // C's row stride N + 4 for even M, N + 3 for odd M, so the cases take both of the epilogue's
+  // forms: an even stride (even N with even M, odd N with odd M) its 8-byte column pairs, odd N
+  // then ending in a lone column; an odd stride its one-float stores. Past N never written.
   const int lda = cs.k + cs.lda_pad, ldc = cs.n + (cs.m % 2 == 0 ? 4 : 3);
   const SplitRows a = random_rows(cs.exact, cs.m, cs.k, lda, rng);
   auto add = test::random_floats(size_t(cs.m) * ldc, -4.f, 4.f, rng);

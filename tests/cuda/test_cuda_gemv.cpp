@@ -176,6 +176,45 @@ TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
   EXPECT_EQ(stopped.host()[0], 0);
 }
 
+// A halted step's lm_head launch does nothing on every path: no logits, no id, no advance, the
+// ticket left at zero. 50,021 rows: the bulk stream has requested all its first stages before it
+// reads the flag, and must keep its shared memory until they land.
+TEST(CudaGemv, HaltedArgmaxLeavesEverythingAsItWas) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix h(DevFormat::q4, 50021, 2048, rng);
+  DeviceMatrix d(h);
+  auto x = test::random_floats(2048, -2.f, 2.f, rng);
+  const std::vector<float> before(size_t(h.rows), 123.f);
+  DevBuf<float> dx(x), logits(before), partial(2 * 4096);
+  DevBuf<unsigned> ticket(std::vector<unsigned>{0u});
+  DevBuf<int> token(std::vector<int>{-5}), pos(std::vector<int>{41}), halt(std::vector<int>{1});
+  cuda::GemvParams p;
+  p.task[0] = {d.m, logits.get(), nullptr};
+  p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.epilogue = cuda::GemvEpilogue::argmax;
+  p.ticket = ticket.get(), p.partial = partial.get(), p.token = token.get(), p.pos = pos.get();
+  p.halt = halt.get();
+  for (test::KernelPath path : test::kAllPaths) {
+    test::PathMode mode(path);
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(logits.host(), before) << test::path_name(path);
+    EXPECT_EQ(token.host()[0], -5) << test::path_name(path);
+    EXPECT_EQ(pos.host()[0], 41) << test::path_name(path);
+    EXPECT_EQ(ticket.host()[0], 0u) << test::path_name(path);
+  }
+}
+
+// The bulk-copy stream is what a compute capability 9.0 device runs for the lm_head (this build
+// always holds sm_90a code), so its test path is not the register stream's under another name.
+TEST(CudaGemv, BulkStreamRunsOnHopper) {
+  ORCHID_REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  ORCHID_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "not a compute capability 9.0 device";
+  EXPECT_TRUE(cuda::bulk_gemv_supported());
+}
+
 // The router GEMV (router + shared-expert gate → E + 1 logits), then the expert gate/up launch
 // routing from them: top-k (ties to the lower id) renormalised, plus the shared slot.
 TEST(CudaRouting, GateUpPicksTopKRenormalisesAndAddsTheSharedSlot) {

@@ -127,6 +127,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       stream_row_out(p, argmax, key_base, row, v[0], best_v, best_i);
   }
   if (argmax) finish_argmax<kThreads>(p, best_v, best_i);
+#elif __CUDA_ARCH__ >= 900
+  __trap();  // Hopper code built without sm_90a features: fail loudly, never skip the rows
 #endif
 }
 
@@ -139,25 +141,29 @@ void set_bulk_enabled(bool on) {
   g_bulk.store(on, std::memory_order_relaxed);
 }
 
+bool bulk_gemv_supported() {
+  static const bool runs = [] {
+    const auto kernel = bulk_gemv_kernel;
+    const bool ok = sm90a_kernel_runs(reinterpret_cast<const void*>(kernel), kSmemBytes) &&
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(kSmemBytes)) == cudaSuccess;
+    cudaGetLastError();  // the probes' errors, if any, are answered by `ok`
+    return ok;
+  }();
+  return runs;
+}
+
 Expected<bool> launch_bulk_gemv(const GemvParams& p, cudaStream_t s) {
   const DevMatrix& m = p.task[0].m;
   if (!bulk_enabled() || !stream_enabled() || !dp4a_enabled() || p.n_task != 1 ||
       m.fmt != DevFormat::q4 || m.group != 64 || m.units != kUnits || m.rows < stream_min_rows() ||
       reinterpret_cast<uintptr_t>(m.w) % 16 != 0 || reinterpret_cast<uintptr_t>(m.sb) % 16 != 0)
     return false;
-  const auto kernel = bulk_gemv_kernel;
-  static const bool runs = [&] {
-    if (!sm90a_kernel_runs(reinterpret_cast<const void*>(kernel), kSmemBytes)) return false;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(kSmemBytes)) == cudaSuccess;
-  }();
-  if (!runs) {
-    cudaGetLastError();
-    return false;
-  }
+  if (!bulk_gemv_supported()) return false;
   const int chunks = (m.rows + kRows - 1) / kRows;
   const int blocks = std::max(1, std::min(sm_count(), chunks));
-  if (Status st = launch("bulk gemv", kernel, dim3(blocks), dim3(kThreads), kSmemBytes, s, p);
+  if (Status st =
+          launch("bulk gemv", bulk_gemv_kernel, dim3(blocks), dim3(kThreads), kSmemBytes, s, p);
       !st.ok())
     return st.error();
   return true;

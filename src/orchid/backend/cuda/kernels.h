@@ -223,6 +223,9 @@ void set_stream_min_rows(int rows);
 // stream. Process-wide; the backend sets it from its switch.
 bool bulk_enabled();
 void set_bulk_enabled(bool on);
+// Whether this device runs the bulk-copy stream (an sm_90a device running its sm_90a code, with
+// the ~190 KB of shared memory a block it takes). Cached.
+bool bulk_gemv_supported();
 
 // ---- small kernels ----------------------------------------------------------------------------
 
