@@ -154,10 +154,6 @@ Status launch_gemv(const GemvParams& p, cudaStream_t s) {
     if (m.fmt != m0.fmt || m.cols != p.cols || m.units != m0.units)
       return err("gemv: the tasks of one launch must share format and columns");
   }
-  if (Expected<bool> done = launch_bulk_gemv(p, s); !done)
-    return done.error();
-  else if (*done)
-    return {};
   if (Expected<bool> done = launch_stream_gemv(p, s); !done)
     return done.error();
   else if (*done)

@@ -155,11 +155,10 @@ bool bulk_gemv_supported() {
 
 Expected<bool> launch_bulk_gemv(const GemvParams& p, cudaStream_t s) {
   const DevMatrix& m = p.task[0].m;
-  if (!bulk_enabled() || !stream_enabled() || !dp4a_enabled() || p.n_task != 1 ||
-      m.fmt != DevFormat::q4 || m.group != 64 || m.units != kUnits || m.rows < stream_min_rows() ||
-      reinterpret_cast<uintptr_t>(m.w) % 16 != 0 || reinterpret_cast<uintptr_t>(m.sb) % 16 != 0)
+  static_assert(kUnits == 64, "the streaming GEMV's rows: 2,048 columns of q4");
+  if (!bulk_enabled() || reinterpret_cast<uintptr_t>(m.w) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(m.sb) % 16 != 0 || !bulk_gemv_supported())
     return false;
-  if (!bulk_gemv_supported()) return false;
   const int chunks = (m.rows + kRows - 1) / kRows;
   const int blocks = std::max(1, std::min(sm_count(), chunks));
   if (Status st =

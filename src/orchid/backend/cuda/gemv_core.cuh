@@ -367,14 +367,15 @@ Expected<bool> launch_mma_gemv(const GemvParams& p, cudaStream_t s);
 // takes.
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
 
-// The bulk-copy stream of gemv_bulk.cu for p (the same launches as the streaming kernel below, on
-// an sm_90a device), validated by launch_gemv. Returns false when p is not a launch it takes.
-Expected<bool> launch_bulk_gemv(const GemvParams& p, cudaStream_t s);
-
 // The streaming dp4a GEMV of gemv_stream.cu for p (one q4 matrix of 2,048 columns and at least
-// stream_min_rows() rows: the lm_head), validated by launch_gemv. Returns false when p is not a
-// launch it takes.
+// stream_min_rows() rows: the lm_head), validated by launch_gemv: the bulk-copy form where
+// launch_bulk_gemv takes it, else the register form. Returns false when p is not a launch it
+// takes.
 Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s);
+// The bulk-copy form of gemv_bulk.cu for a launch the streaming GEMV takes; false where it is
+// switched off, the device does not run it (bulk_gemv_supported) or the rows are not 16-byte
+// aligned.
+Expected<bool> launch_bulk_gemv(const GemvParams& p, cudaStream_t s);
 
 // Rows (or row pairs) per warp for `total` of them in one wave of `kernel`'s blocks of `threads`
 // threads and `smem` dynamic shared bytes; 0 when that takes more than `max_per_warp`.

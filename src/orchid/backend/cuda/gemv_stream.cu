@@ -97,6 +97,7 @@ Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s) {
   if (!stream_enabled() || !dp4a_enabled() || p.n_task != 1 || m.fmt != DevFormat::q4 ||
       m.group != 64 || m.units != 32 * kNi || m.rows < stream_min_rows())
     return false;
+  if (Expected<bool> done = launch_bulk_gemv(p, s); !done || *done) return done;
   const auto kernel = stream_gemv_kernel;
   const size_t smem = x_quant_smem_bytes(m.units);
   const int fit =
