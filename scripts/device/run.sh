@@ -23,6 +23,9 @@
 #        reference (tests/fixtures/orchid-demo): chunked prefill in 1,024-token windows, one
 #        4,100-token prefill, and step by step (ORCHID_PREFILL=0), as $OUT/demo-eval-*.json; then
 #        one greedy answer on the GPU
+#   prefill-timeline: Nsight Systems trace of `orchid bench prefill` at the first length alone
+#        (no ablations): GPU kernels and memory operations, and the CUDA API calls, as
+#        $OUT/trace_cuda_gpu_trace.csv and $OUT/trace_cuda_api_trace.csv (xz)
 #   ncu-prefill REGEX: speed-of-light, memory and warp-stall sections of the launches matching REGEX
 #        in a 4K-prompt prefill: NCU_COUNT (4) of them after skipping NCU_SKIP (80: the 256-token
 #        warm-up's, for a kernel launched twice a layer), as $OUT/ncu-prefill.txt
@@ -112,6 +115,21 @@ if [[ "$what" == timeline ]]; then
     >> "$out/nsys.log" 2>&1 || status=1
   rm -f "$out/trace.nsys-rep" "$out/trace.sqlite" "$out/trace.qdstrm"
   python3 scripts/device/timeline.py "$out"/trace_cuda_gpu_trace.csv 8 | tee "$out/timeline.txt"
+fi
+if [[ "$what" == prefill-timeline ]]; then
+  len="${contexts%%,*}"
+  nsys="$(command -v nsys || ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | head -1)"
+  "$nsys" profile -t cuda -o "$out/trace" --force-overwrite true "$bin/orchid" bench prefill \
+    --synthetic qwen3.6-35b-a3b --lengths "$len" --ablation-lengths none > "$out/nsys.log" 2>&1 \
+    || status=1
+  if [[ ! -f "$out/trace.nsys-rep" && -f "$out/trace.qdstrm" ]]; then
+    importer="$(ls /opt/nvidia/nsight-compute/*/host/*/QdstrmImporter | head -1)"
+    "$importer" -i "$out/trace.qdstrm" >> "$out/nsys.log" 2>&1 || status=1
+  fi
+  "$nsys" stats --report cuda_gpu_trace,cuda_api_trace --format csv --output "$out/trace" \
+    "$out/trace.nsys-rep" >> "$out/nsys.log" 2>&1 || status=1
+  rm -f "$out/trace.nsys-rep" "$out/trace.sqlite" "$out/trace.qdstrm"
+  xz -T4 "$out"/trace_*.csv
 fi
 corpus=/tmp/orchid-corpus  # make_corpus.py's output, unpacked by the modes that need it
 if [[ "$what" == tokenizer || "$what" == demo-model ]]; then

@@ -23,7 +23,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
+#include <deque>
 #include <numeric>
 #include <optional>
 
@@ -202,6 +205,11 @@ struct OrderMode {
 };
 
 // Sets whether the warp-specialised tiles run persistent (one block an SM) for a scope.
+struct TmaAMode {
+  bool saved = cuda::gemm_tma_a_enabled();
+  explicit TmaAMode(bool on) { cuda::set_gemm_tma_a_enabled(on); }
+  ~TmaAMode() { cuda::set_gemm_tma_a_enabled(saved); }
+};
 struct PersistentMode {
   bool saved = cuda::gemm_persistent_enabled();
   explicit PersistentMode(bool on) { cuda::set_gemm_persistent_enabled(on); }
@@ -394,21 +402,26 @@ TEST(CudaGemmExact, ModelShapesMatchReference) {
 }
 
 // The warp-specialised tiles (sm_90a): odd row counts, K from one k-step (fewer than the 4
-// stages) to 64, N not a multiple of 128, residual adds; the switch on leaves other groups and
-// formats to the other tiles.
+// stages) to 64, N not a multiple of 128, residual adds; A by the copy engine (the default: rows
+// past M arrive as zeros) and by cp.async; the switch on leaves other groups and formats to the
+// other tiles.
 TEST(CudaGemmExact, WarpSpecialisedMatchesReference) {
   ORCHID_REQUIRE_GPU();
   {
     WsMode on(true);
     if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   }
-  for (int m : {1, 7, 65, 130, 257})
-    for (int k : {512, 2048, 4096})
-      run_gemm({DevFormat::q4, m, 192, k, 64, 8, Add::none, true, true, true});
-  for (int k : {64, 128, 192, 256, 320})
-    run_gemm({DevFormat::q4, 130, 320, k, 64, 0, Add::separate, true, true, true});
-  run_gemm({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, true, true});
-  run_gemm({DevFormat::q4, 2100, 4096, 256, 64, 0, Add::none, true, true, true});
+  for (bool tma : {true, false}) {
+    SCOPED_TRACE(tma ? "A by TMA" : "A by cp.async");
+    const TmaAMode mode(tma);
+    for (int m : {1, 7, 65, 130, 257})
+      for (int k : {512, 2048, 4096})
+        run_gemm({DevFormat::q4, m, 192, k, 64, 8, Add::none, true, true, true});
+    for (int k : {64, 128, 192, 256, 320})
+      run_gemm({DevFormat::q4, 130, 320, k, 64, 0, Add::separate, true, true, true});
+    run_gemm({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, true, true});
+    run_gemm({DevFormat::q4, 2100, 4096, 256, 64, 0, Add::none, true, true, true});
+  }
   run_gemm({DevFormat::q4, 100, 192, 512, 128, 8, Add::none, true, true, true});
   run_gemm({DevFormat::q8, 100, 257, 1024, 64, 0, Add::separate, true, true, true});
 }
@@ -434,6 +447,144 @@ TEST(CudaGemmExact, TileOrdersMatchReference) {
     }
     run_gemm({DevFormat::q4, 300, 257, 1024, 32, 0, Add::in_place, true, false});
   }
+}
+
+// A q8 matrix in groups of 64 as its two q4 halves (launch_split_q8, the prefill router's form):
+// the halves' codes and (scale, bias) words as the host makes them, bit for bit, and the exact
+// GEMM of the halves with each column pair summed (on the warp-specialised tiles where they run)
+// against the q8 matrix's exact weights, within the exact path's bound.
+TEST(CudaGemmExact, SplitQ8HalvesMatchQ8) {
+  ORCHID_REQUIRE_GPU();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const WsMode ws(true);
+  for (const auto [m, n, k] : {std::array{1, 2, 64}, {130, 256, 2048}, {257, 6, 512}}) {
+    SCOPED_TRACE(testing::Message() << "M " << m << " N " << n << " K " << k);
+    const HostMatrix q = quantised(DevFormat::q8, n, k, 64, rng);
+    const DeviceMatrix dq(q);
+    DevBuf<uint32_t> hw(size_t(n) * k / 4), hsb(size_t(2) * n * (k / 64));
+    Status st = cuda::launch_split_q8(dq.m, hw.get(), hsb.get(), nullptr);
+    ASSERT_TRUE(st.ok()) << st.message();
+    const auto w = hw.host(), sb = hsb.host();
+    int bad = 0;
+    for (int r = 0; r < n; ++r)
+      for (int e = 0; e < k; ++e) {
+        const uint32_t code = q.words[size_t(r) * q.units * 4 + e / 4] >> (8 * (e % 4)) & 0xffu;
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t want = h == 0 ? code >> 4 : code & 0xfu;
+          const uint32_t got = w[size_t(2 * r + h) * (k / 8) + e / 8] >> (4 * (e % 8)) & 0xfu;
+          if (got != want && bad++ < 5)
+            ADD_FAILURE() << "row " << r << " half " << h << " element " << e << ": " << got;
+        }
+      }
+    for (int r = 0; r < n; ++r)
+      for (int g = 0; g < k / 64; ++g) {
+        const uint32_t v = q.sb[size_t(r) * (k / 64) + g];
+        float s;
+        const uint32_t sbits = (v & 0xffffu) << 16;
+        std::memcpy(&s, &sbits, 4);
+        s *= 16.f;
+        uint32_t s16;
+        std::memcpy(&s16, &s, 4);
+        const uint32_t want_hi = (v & 0xffff0000u) | s16 >> 16, want_lo = v & 0xffffu;
+        if ((sb[size_t(2 * r) * (k / 64) + g] != want_hi ||
+             sb[size_t(2 * r + 1) * (k / 64) + g] != want_lo) &&
+            bad++ < 5)
+          ADD_FAILURE() << "row " << r << " group " << g << ": scale words differ";
+      }
+    EXPECT_EQ(bad, 0);
+
+    cuda::DevMatrix halves{hw.get(), hsb.get(), 2 * n, k, k / 32, 64, DevFormat::q4};
+    const ExactWeights ew(q);
+    const SplitRows a = random_split(m, k, k, rng);
+    DevBuf<uint16_t> da(a.hi), dlo(a.lo);
+    DevBuf<float> dc(size_t(m) * (n + 1));
+    ORCHID_CUDA_OK(cudaMemset(dc.get(), 0xff, dc.bytes()));
+    cuda::GemmParams p;
+    p.w = halves, p.a = da.get(), p.a_lo = dlo.get(), p.lda = k, p.m = m;
+    p.c = dc.get(), p.ldc = n + 1, p.pair_sum = true;
+    st = cuda::launch_gemm(p, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message();
+    const auto c = dc.host();
+    for (int r = 0; r < m; ++r) {
+      for (int j = 0; j < n; ++j) {
+        const ExactDot d = exact_dot(&a.x[size_t(r) * k], ew, j, k);
+        const double tol = exact_bound(d, false) + 0x1p-23 * std::fabs(d.v);
+        const double got = c[size_t(r) * (n + 1) + j];
+        if (!(std::fabs(got - d.v) <= tol) && bad++ < 5)
+          ADD_FAILURE() << "row " << r << " col " << j << ": " << got << " vs " << d.v;
+      }
+      if (!std::isnan(c[size_t(r) * (n + 1) + n]) && bad++ < 5)
+        ADD_FAILURE() << "row " << r << ": the padding column was written";
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  // An odd row count cannot pair.
+  const DeviceMatrix odd_w(quantised(DevFormat::q4, 3, 64, 64, rng));
+  DevBuf<uint16_t> x(64), x_lo(64);
+  DevBuf<float> y(4);
+  cuda::GemmParams odd;
+  odd.w = odd_w.m, odd.a = x.get(), odd.a_lo = x_lo.get(), odd.lda = 64, odd.m = 1;
+  odd.c = y.get(), odd.ldc = 4, odd.pair_sum = true;
+  const Status refused = cuda::launch_gemm(odd, nullptr);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("pair"), std::string::npos) << refused.message();
+}
+
+// Products of one A with several matrices in one grouped launch (the warp-specialised tiles walk
+// every product's tiles; column counts of one partial tile, several, and under a tile) give the
+// very bits of one launch each; with the switch off the group runs one launch each; a group whose
+// products do not share A is refused.
+TEST(CudaGemmExact, GroupMatchesOneLaunchEach) {
+  ORCHID_REQUIRE_GPU();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const WsMode ws(true);
+  const int k = 512;
+  const std::array<int, 4> ns = {320, 32, 1024, 48};
+  for (int m : {1, 130, 700}) {
+    SCOPED_TRACE(testing::Message() << "M " << m);
+    const SplitRows a = random_split(m, k, k, rng);
+    DevBuf<uint16_t> da(a.hi), dlo(a.lo);
+    std::deque<DeviceMatrix> w;  // deque: neither type moves
+    std::deque<DevBuf<float>> one, grouped;
+    std::vector<cuda::GemmParams> ps;
+    for (int n : ns) {
+      w.emplace_back(quantised(DevFormat::q4, n, k, 64, rng));
+      one.emplace_back(size_t(m) * n), grouped.emplace_back(size_t(m) * n);
+    }
+    for (size_t j = 0; j < ns.size(); ++j) {
+      cuda::GemmParams p;
+      p.w = w[j].m, p.a = da.get(), p.a_lo = dlo.get(), p.lda = k, p.m = m;
+      p.c = one[j].get(), p.ldc = ns[j];
+      const Status st = cuda::launch_gemm(p, nullptr);
+      ASSERT_TRUE(st.ok()) << st.message();
+      p.c = grouped[j].get();
+      ps.push_back(p);
+    }
+    for (bool on : {true, false}) {
+      const bool saved = cuda::gemm_group_enabled();
+      cuda::set_gemm_group_enabled(on);
+      for (auto& g : grouped) ORCHID_CUDA_OK(cudaMemset(g.get(), 0xff, g.bytes()));
+      const Status st = cuda::launch_gemm_group(ps, nullptr);
+      cuda::set_gemm_group_enabled(saved);
+      ASSERT_TRUE(st.ok()) << st.message();
+      for (size_t j = 0; j < ns.size(); ++j)
+        EXPECT_EQ(one[j].host(), grouped[j].host()) << "product " << j << (on ? " grouped" : "");
+    }
+  }
+  std::vector<cuda::GemmParams> mixed(2);
+  const DeviceMatrix w(quantised(DevFormat::q4, 64, k, 64, rng));
+  DevBuf<uint16_t> a1(size_t(4) * k), a2(size_t(4) * k);
+  DevBuf<float> c(256);
+  for (auto& p : mixed) p.w = w.m, p.a = a1.get(), p.a_lo = a2.get(), p.lda = k, p.m = 4;
+  mixed[0].c = c.get(), mixed[1].c = c.get(), mixed[0].ldc = mixed[1].ldc = 64;
+  mixed[1].a = a2.get();
+  const Status refused = cuda::launch_gemm_group(mixed, nullptr);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("share A"), std::string::npos) << refused.message();
 }
 
 TEST(CudaGemmExact, RejectsSmallGroupsAndMisalignedRemainders) {
@@ -735,17 +886,23 @@ TEST(CudaExpertsExact, Q8Bf16AndModelWidthsMatchReference) {
 
 // The warp-specialised tiles on the experts' 128-row tiles: expert 1 and the shared one take every
 // token (several full tiles), expert 0 none; partial column tiles (n_ff 192, n_embd 320); a single
-// token; the model's widths; and a down matrix in groups of 32, left to the other tiles.
+// token; the model's widths; down's A by the copy engine (the default: a tile whose rows past its
+// end are another expert's or zeros) and by cp.async; and a down matrix in groups of 32, left to
+// the other tiles.
 TEST(CudaExpertsExact, WarpSpecialisedMatchesReference) {
   ORCHID_REQUIRE_GPU();
   {
     WsMode on(true);
     if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   }
-  run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, true, 64, true});
-  run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 128, 64, true, 64, true});
-  run_experts({DevFormat::q4, 1, 8, 3, 320, 192, 128, 64, true, 64, true});
-  run_experts({DevFormat::q4, 150, 4, 3, 2048, 512, 128, 64, true, 64, true});
+  for (bool tma : {true, false}) {
+    SCOPED_TRACE(tma ? "A by TMA" : "A by cp.async");
+    const TmaAMode mode(tma);
+    run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, true, 64, true});
+    run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 128, 64, true, 64, true});
+    run_experts({DevFormat::q4, 1, 8, 3, 320, 192, 128, 64, true, 64, true});
+    run_experts({DevFormat::q4, 150, 4, 3, 2048, 512, 128, 64, true, 64, true});
+  }
   run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 32, true, 64, true});
 }
 

@@ -47,6 +47,9 @@ Switches Switches::from_env() {
   s.gemm_ws = !env_off("ORCHID_GEMM_WS");
   s.tile_n_first = !env_off("ORCHID_TILE_N_FIRST");
   s.gemm_persistent = !env_off("ORCHID_GEMM_PERSISTENT");
+  s.tma_a = !env_off("ORCHID_TMA_A");
+  s.split_router = !env_off("ORCHID_SPLIT_ROUTER");
+  s.gemm_group = !env_off("ORCHID_GEMM_GROUP");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   s.wgmma_attention = !env_off("ORCHID_WGMMA_ATTENTION");
   s.attn_pingpong = !env_off("ORCHID_ATTN_PINGPONG");

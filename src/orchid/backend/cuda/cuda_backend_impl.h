@@ -73,6 +73,13 @@ struct MoeRouting;  // prefill_kernels.h
 // from DRAM about once instead of once per column tile); ORCHID_GEMM_PERSISTENT=0 launches the
 // warp-specialised tiles a block a tile instead of one persistent block an SM walking them (its
 // producer filling the next tile's stages while the consumers store the last one);
+// ORCHID_TMA_A=0 has the warp-specialised tiles' producers copy A_hi and A_lo with cp.async (16
+// a thread and k-step) instead of the copy engine (TMA: a 128-row tile a copy; the dense
+// projections and expert down; −12-14 % of their time at 8K, session 12); ORCHID_SPLIT_ROUTER=0
+// runs the exact path's q8 router GEMM on the single-role tiles instead of as its two q4 halves
+// (launch_split_q8) on the warp-specialised ones, each output column pair summed;
+// ORCHID_GEMM_GROUP=0 launches the projections of one normed input (DeltaNet q/k/v, z, b, a;
+// attention q, k, v) one by one instead of as one grouped launch of the warp-specialised tiles;
 // ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
 // ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
 // the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
@@ -112,6 +119,9 @@ struct Switches {
   bool gemm_ws = true;
   bool tile_n_first = true;
   bool gemm_persistent = true;
+  bool tma_a = true;
+  bool split_router = true;
+  bool gemm_group = true;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;
@@ -275,6 +285,14 @@ class CudaBackend final : public Backend {
   Status round_trip_routing(const MoeRouting& r, int64_t pairs);
   Status prefill_gemm(const DevMatrix& w, const uint16_t* a, const uint16_t* a_lo, int lda, int T,
                       float* c, int ldc, const float* add);
+  // Products of xn (hi + lo, or hi alone) with several matrices: (w, c, ldc) each, no residual;
+  // one grouped launch on the exact path (launch_gemm_group), prefill_gemm each on the fp16 one.
+  struct XnProduct {
+    const DevMatrix* w;
+    float* c;
+    int ldc;
+  };
+  Status prefill_xn_gemms(std::initializer_list<XnProduct> products, int T);
   Status prefill_logits(int T, LogitsMode mode, float* host);
 
   std::unique_ptr<DeviceModel> dm_;

@@ -149,13 +149,29 @@ Status CudaBackend::prefill_gemm(const DevMatrix& w, const uint16_t* a, const ui
   return launch_gemm(g, stream_);
 }
 
+Status CudaBackend::prefill_xn_gemms(std::initializer_list<XnProduct> products, int T) {
+  const PrefillScratch& P = *pf_;
+  const int H = c_.n_embd;
+  if (!P.xn_lo) {
+    for (const XnProduct& x : products)
+      ORCHID_TRY(prefill_gemm(*x.w, P.xn, nullptr, H, T, x.c, x.ldc, nullptr));
+    return {};
+  }
+  GemmParams g[kMaxGemmGroup];
+  int n = 0;
+  for (const XnProduct& x : products) {
+    if (n == kMaxGemmGroup) return err("prefill: more than ", kMaxGemmGroup, " grouped products");
+    g[n].w = *x.w, g[n].a = P.xn, g[n].a_lo = P.xn_lo, g[n].lda = H, g[n].m = T;
+    g[n].c = x.c, g[n].ldc = x.ldc, ++n;
+  }
+  return launch_gemm_group(std::span<const GemmParams>(g, size_t(n)), stream_);
+}
+
 Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* prof) {
   const DevLayer& L = dm_->layers[size_t(l)];
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, hd = c_.head_dim, kvw = c_.n_head_kv * hd;
-  ORCHID_TRY(prefill_gemm(L.q, P.xn, P.xn_lo, H, T, P.qg, L.q.rows, nullptr));
-  ORCHID_TRY(prefill_gemm(L.k, P.xn, P.xn_lo, H, T, P.k, kvw, nullptr));
-  ORCHID_TRY(prefill_gemm(L.v, P.xn, P.xn_lo, H, T, P.v, kvw, nullptr));
+  ORCHID_TRY(prefill_xn_gemms({{&L.q, P.qg, L.q.rows}, {&L.k, P.k, kvw}, {&L.v, P.v, kvw}}, T));
   if (prof) prof->mark("attn qkv gemm", T * (gemm_flops(1, L.q) + 2 * gemm_flops(1, L.k)));
   AttnPrefillParams a;
   a.qg = P.qg, a.k = P.k, a.v = P.v, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
@@ -187,10 +203,8 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* pro
   const DevLayer& L = dm_->layers[size_t(l)];
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, hv = c_.lin_n_head_v, vd = c_.lin_value_dim();
-  ORCHID_TRY(prefill_gemm(L.qkv, P.xn, P.xn_lo, H, T, P.qkv, c_.lin_conv_dim(), nullptr));
-  ORCHID_TRY(prefill_gemm(L.z, P.xn, P.xn_lo, H, T, P.z, vd, nullptr));
-  ORCHID_TRY(prefill_gemm(L.b, P.xn, P.xn_lo, H, T, P.b, hv, nullptr));
-  ORCHID_TRY(prefill_gemm(L.a, P.xn, P.xn_lo, H, T, P.a, hv, nullptr));
+  ORCHID_TRY(prefill_xn_gemms(
+      {{&L.qkv, P.qkv, c_.lin_conv_dim()}, {&L.z, P.z, vd}, {&L.b, P.b, hv}, {&L.a, P.a, hv}}, T));
   if (prof)
     prof->mark("gdn in gemm",
                gemm_flops(T, L.qkv) + gemm_flops(T, L.z) + gemm_flops(T, L.b) + gemm_flops(T, L.a));
@@ -238,7 +252,13 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo,
                                       stream_, tc ? &L.shared_gate : nullptr,
                                       tc ? P.logits + E : nullptr, n_logits));
-  if (tc) {
+  if (tc && sw_.split_router && L.router_halves.w && gemm_ws_enabled()) {
+    // The q8 router as its q4 halves on the warp-specialised tiles, each pair of columns summed.
+    GemmParams g;
+    g.w = L.router_halves, g.a = P.xn, g.a_lo = P.xn_lo, g.lda = H, g.m = T;
+    g.c = P.logits, g.ldc = n_logits, g.pair_sum = true;
+    ORCHID_TRY(launch_gemm(g, stream_));
+  } else if (tc) {
     ORCHID_TRY(prefill_gemm(L.router, P.xn, P.xn_lo, H, T, P.logits, n_logits, nullptr));
   } else {
     ORCHID_TRY(launch_router_logits_f32(P.h, L.post_norm, c_.rms_norm_eps, T, H, L.router,
@@ -405,6 +425,8 @@ Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> toke
   set_gemm_ws_enabled(sw_.gemm_ws);
   set_gemm_n_first_enabled(sw_.tile_n_first);
   set_gemm_persistent_enabled(sw_.gemm_persistent);
+  set_gemm_tma_a_enabled(sw_.tma_a);
+  set_gemm_group_enabled(sw_.gemm_group);
   for (int64_t c0 = 0; c0 < n; c0 += C) {
     const int T = int(std::min<int64_t>(C, n - c0));
     ORCHID_CUDA(cudaMemcpyAsync(pf_->tokens, tokens.data() + c0, size_t(T) * 4,

@@ -114,6 +114,9 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"gemm_ws", base.gemm_ws},
                              {"tile_n_first", base.tile_n_first},
                              {"gemm_persistent", base.gemm_persistent},
+                             {"tma_a", base.tma_a},
+                             {"split_router", base.split_router},
+                             {"gemm_group", base.gemm_group},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
@@ -174,6 +177,12 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"tile_n_first_off", [](cuda::Switches& s) { s.tile_n_first = false; }},
         // The warp-specialised tiles a block a tile instead of persistent blocks.
         {"gemm_persistent_off", [](cuda::Switches& s) { s.gemm_persistent = false; }},
+        // The warp-specialised tiles' A by cp.async instead of the copy engine.
+        {"tma_a_off", [](cuda::Switches& s) { s.tma_a = false; }},
+        // The q8 router on the single-role tiles instead of as q4 halves on the WS ones.
+        {"split_router_off", [](cuda::Switches& s) { s.split_router = false; }},
+        // The projections of one normed input a launch each instead of one grouped launch.
+        {"gemm_group_off", [](cuda::Switches& s) { s.gemm_group = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},

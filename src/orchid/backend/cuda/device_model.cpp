@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "orchid/backend/cuda/prefill_kernels.h"
 #include "orchid/util/bf16.h"
 
 namespace orchid::cuda {
@@ -155,6 +156,24 @@ Status upload_router(DeviceArena& arena, const MoeWeights& w, DevLayer& L) {
   return {};
 }
 
+}  // namespace
+
+Status add_router_halves(DeviceArena& arena, DevLayer& L) {
+  const DevMatrix& r = L.router;
+  if (r.fmt != DevFormat::q8 || r.group != 64 || r.cols % 64 != 0) return {};
+  auto w = arena.alloc(size_t(r.rows) * size_t(r.cols));  // 2 · rows of cols / 2 bytes
+  if (!w) return w.error();
+  auto sb = arena.alloc_n<uint32_t>(int64_t(2) * r.rows * (r.cols / 64));
+  if (!sb) return sb.error();
+  ORCHID_TRY(launch_split_q8(r, *w, *sb, nullptr));
+  if (cudaError_t e = cudaStreamSynchronize(nullptr); e != cudaSuccess)
+    return err("splitting the router: ", cudaGetErrorString(e));
+  L.router_halves = DevMatrix{*w, *sb, 2 * r.rows, r.cols, r.cols / 32, 64, DevFormat::q4};
+  return {};
+}
+
+namespace {
+
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
   std::vector<float> f(size_t(std::max(c.n_rot / 2, 1)));
   for (int i = 0; i < c.n_rot / 2; ++i)
@@ -221,6 +240,7 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const Model& model) {
     }
     const MoeWeights& m = lw.moe;
     ORCHID_TRY(upload_router(A, m, L));
+    ORCHID_TRY(add_router_halves(A, L));
     std::vector<const QuantMatrix*> gate, up, down;
     for (int e = 0; e < c.n_expert; ++e) {
       gate.push_back(&m.gate[size_t(e)]);

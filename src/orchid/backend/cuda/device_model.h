@@ -52,6 +52,9 @@ struct DevLayer {
   // and, when it has their shape and format, the shared expert as expert n_expert; otherwise
   // the shared expert is kept apart in sh_gate/sh_up/sh_down (shared_apart).
   DevMatrix router, shared_gate;
+  // A q8 router in groups of 64 as its two q4 halves (launch_split_q8: [2 · n_expert, n_embd]) for
+  // the prefill's warp-specialised GEMM, which takes q4 only; empty for other formats.
+  DevMatrix router_halves;
   DevMatrix gate, up, down;
   bool shared_apart = false;
   DevMatrix sh_gate, sh_up, sh_down;
@@ -75,6 +78,9 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const Model& model);
 // (4-bit group 64; router and shared-expert gate 8-bit): for speed runs of full-size shapes.
 Expected<std::unique_ptr<DeviceModel>> synthetic_device_model(const ModelConfig& config,
                                                               uint64_t seed);
+
+// Fills L.router_halves when L.router is q8 in groups of 64 (device memory from `arena`).
+Status add_router_halves(DeviceArena& arena, DevLayer& L);
 
 // Bytes a matrix occupies on the device (codes + scale/bias pairs).
 int64_t matrix_bytes(const DevMatrix& m);

@@ -38,6 +38,8 @@ struct GateUpArgs {
   uint16_t* act_lo;  // [pairs, n_ff] fp16 remainder, or null
   TileOrder order;
   int max_tiles;  // the routing's row tiles at most (the grid's)
+  int shared;     // the stacked shared expert (every token, in order), or -1
+  ATmaMaps tma;   // x and x_lo, for the shared expert's tiles
 };
 
 struct DownArgs {
@@ -49,6 +51,7 @@ struct DownArgs {
   float* slot_out;  // [T, n_slot, n_embd]
   TileOrder order;
   int max_tiles;  // the routing's row tiles at most (the grid's)
+  ATmaMaps tma;   // act and act_lo a 128-row tile a copy, or none
 };
 
 // B row r of a block whose matrix rows start at `row0` (valid while r < n): unit pointer and
@@ -111,6 +114,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int64_t row = int64_t(e) * p.n_ff + n;
       set_b(src, q, r < Cfg::BN / 2 ? p.gate : p.up, row, n < p.n_ff, sb_stride);
     }
+    // The shared expert's rows are consecutive tokens (the sort keeps token order): thread 0
+    // copies its tiles whole. The routed experts' rows are gathered (cp.async a chunk).
+    if (Cfg::kWs && p.tma.on && e == p.shared)
+      src.a_map = p.tma.map, src.a_row = tid == 0 ? p.t.pair_token[j0] : -1;
   };
   // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns. A lane holds two columns
   // of a fragment; lanes 2m and 2m + 1 swap halves so that each stores four consecutive ones
@@ -169,6 +176,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int n = n0 + Cfg::b_src_row(tid, q);
       set_b(src, q, p.down, int64_t(e) * p.n_embd + n, n < p.n_embd, sb_stride);
     }
+    // Thread 0 copies the tile's 128 act rows; those past its end are never stored.
+    if (Cfg::kWs && p.tma.on) src.a_map = p.tma.map, src.a_row = tid == 0 ? j0 : -1;
   };
   const auto store = [&](int tile, int col, const auto& acc) {
     const int j0 = p.t.begin[tile];
@@ -305,9 +314,20 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
   if (exact) ORCHID_TRY(tile_exact_group(g, "expert gate/up"));
   if (p.r->max_tiles == 0) return {};
   const TileOrder order{gemm_n_first_enabled()};
-  const GateUpArgs a{
-      g,     u,        p.n_ff, g.cols,        *shift, p.x, lo_offset(p.x, p.x_lo), tiles_of(*p.r),
-      p.act, p.act_lo, order,  p.r->max_tiles};
+  GateUpArgs a{g,
+               u,
+               p.n_ff,
+               g.cols,
+               *shift,
+               p.x,
+               lo_offset(p.x, p.x_lo),
+               tiles_of(*p.r),
+               p.act,
+               p.act_lo,
+               order,
+               p.r->max_tiles,
+               p.r->shared_stacked ? p.r->n_expert : -1};
+  ORCHID_TRY(encode_a_maps(a.tma, p.x, p.x_lo, p.r->T, g.cols, g.cols));
   const dim3 grid = order.grid(p.r->max_tiles, (p.n_ff + 63) / 64);
   return launch_format<GateUpKernel, true>(g.fmt, exact, p.r->tile_rows, grid, a, s,
                                            "expert gate/up");
@@ -332,8 +352,10 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   if (p.r->max_tiles == 0) return {};
   const int64_t lo = lo_offset(p.act, p.act_lo);
   const TileOrder order{gemm_n_first_enabled()};
-  const DownArgs a{d,  p.n_embd,       p.n_ff,     *shift, p.r->top_k + 1, p.act,
-                   lo, tiles_of(*p.r), p.slot_out, order,  p.r->max_tiles};
+  DownArgs a{d,  p.n_embd,       p.n_ff,     *shift, p.r->top_k + 1, p.act,
+             lo, tiles_of(*p.r), p.slot_out, order,  p.r->max_tiles};
+  const int64_t pairs = int64_t(p.r->T) * (p.r->top_k + (p.r->shared_stacked ? 1 : 0));
+  ORCHID_TRY(encode_a_maps(a.tma, p.act, p.act_lo, pairs, p.n_ff, p.n_ff));
   const dim3 grid = order.grid(p.r->max_tiles, (p.n_embd + 127) / 128);
   return launch_format<DownKernel, false>(d.fmt, exact, p.r->tile_rows, grid, a, s, "expert down");
 }

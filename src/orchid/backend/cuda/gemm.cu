@@ -21,22 +21,39 @@ std::atomic<bool> g_fused_dequant{true};
 std::atomic<bool> g_ws{false};
 std::atomic<bool> g_n_first{true};
 std::atomic<bool> g_persistent{true};
+std::atomic<bool> g_tma_a{true};
+std::atomic<bool> g_group{true};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
   int64_t elems = 0;
 } g_scratch;
 
+// Products of one A (the same a, a_lo, lda, m) with up to kMaxGemmGroup matrices W_j: one launch
+// whose column tiles run through the products in turn (the warp-specialised tiles; the others
+// take a group of one).
+struct GemmGroup {
+  GemmParams p[kMaxGemmGroup];
+  int n = 0;
+  int tiles0[kMaxGemmGroup + 1] = {};  // product j's column tiles: [tiles0[j], tiles0[j + 1])
+  __device__ __forceinline__ int which(int col) const {
+    int j = 0;
+    while (j + 1 < n && col >= tiles0[j + 1]) ++j;
+    return j;
+  }
+};
+
 // The block of row tile i and column tile j (TileOrder; the warp-specialised tiles: work item w
-// of TileWork) computes rows [BM · i, +BM) × columns [128 · j, +128). w: [n, k] (fp16 rows of
-// k / 8 units for TileB::f16).
+// of TileWork, its column tile one of product g.which(j)'s) computes rows [BM · i, +BM) × columns
+// [128 · j, +128). Each W: [n, k] (fp16 rows of k / 8 units for TileB::f16).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_gemm(const __grid_constant__ GemmParams p, int n, int k, int sb_shift, int64_t lo,
-                TileOrder order) {
+    kernel_gemm(const __grid_constant__ GemmGroup g, int k, int sb_shift, int64_t lo,
+                TileOrder order, const __grid_constant__ ATmaMaps tma) {
   extern __shared__ __align__(1024) char smem[];
   const int tid = threadIdx.x;
-  const auto src_for = [&](int m0, int n0, TileSrc<Cfg>& src) {
+  const auto src_for = [&](const GemmParams& p, int m0, int n0, TileSrc<Cfg>& src) {
+    const int n = p.w.rows;
     src.k = k, src.sb_shift = sb_shift, src.lo = lo;
 #pragma unroll
     for (int q = 0; q < Cfg::kAPerThread; ++q) {
@@ -51,14 +68,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       src.sb[q] = Cfg::kHasSb && r < n ? p.w.sb + int64_t(r) * sb_stride : nullptr;
     }
   };
-  // A lane's two adjacent columns (even first) as one 8-byte access where c and add allow it.
-  const bool pairs = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0 &&
-                     reinterpret_cast<uintptr_t>(p.add) % 8 == 0;
-  const auto store = [&](int m0, int n0, const auto& acc) {
+  const auto store = [&](const GemmParams& p, int m0, int n0, const auto& acc) {
+    const int n = p.w.rows;
+    // A lane's two adjacent columns (even first) as one 8-byte access where c and add allow it.
+    const bool pairs = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.add) % 8 == 0;
     Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
       const int row = m0 + r;
       if (row >= p.m) return;
       float* c = p.c + int64_t(row) * p.ldc;
+      if (p.pair_sum) {  // a lane's two columns are a pair (even first, n even)
+#pragma unroll
+        for (int j = 0; j < Cfg::NJ; ++j) {
+          const int col = n0 + col0(j);
+          if (col < n) c[col / 2] = acc[i][j][2 * h] + acc[i][j][2 * h + 1];
+        }
+        return;
+      }
       const float* add = p.add ? p.add + int64_t(row) * p.ldc : nullptr;
 #pragma unroll
       for (int j = 0; j < Cfg::NJ; ++j) {
@@ -78,21 +104,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     });
   };
   if constexpr (Cfg::kWs) {
-    const TileWork work{order.n_first, (p.m + Cfg::BM - 1) / Cfg::BM, (n + Cfg::BN - 1) / Cfg::BN};
+    const TileWork work{order.n_first, (g.p[0].m + Cfg::BM - 1) / Cfg::BM, g.tiles0[g.n]};
     ws_persistent<Cfg>(
         smem, work.row_tiles * work.col_tiles, k, [](int) { return true; },
         [&](int w, TileSrc<Cfg>& src) {
-          src_for(work.row(w) * Cfg::BM, work.col(w) * Cfg::BN, src);
+          const int col = work.col(w), j = g.which(col);
+          src_for(g.p[j], work.row(w) * Cfg::BM, (col - g.tiles0[j]) * Cfg::BN, src);
+          if (tma.on)  // thread 0 copies the whole row tile
+            src.a_map = tma.map, src.a_row = tid == 0 ? work.row(w) * Cfg::BM : -1;
         },
-        [&](int w, const auto& acc) { store(work.row(w) * Cfg::BM, work.col(w) * Cfg::BN, acc); });
+        [&](int w, const auto& acc) {
+          const int col = work.col(w), j = g.which(col);
+          store(g.p[j], work.row(w) * Cfg::BM, (col - g.tiles0[j]) * Cfg::BN, acc);
+        });
   } else {
     const int m0 = order.row_tile() * Cfg::BM, n0 = order.col_tile() * Cfg::BN;
     TileSrc<Cfg> src;
-    src_for(m0, n0, src);
+    src_for(g.p[0], m0, n0, src);
     float acc[Cfg::MI][Cfg::NJ][4];
     tile_mainloop<Cfg>(src, smem, acc);
-    store(m0, n0, acc);
+    store(g.p[0], m0, n0, acc);
   }
+}
+
+GemmGroup group_of(const GemmParams& p) {
+  GemmGroup g;
+  g.p[0] = p, g.n = 1, g.tiles0[1] = (p.w.rows + 127) / 128;
+  return g;
 }
 
 // lo: the exact path's A_lo offset (elements from a row of A to its row of A_lo).
@@ -102,21 +140,24 @@ Status launch_tiles(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t 
   ORCHID_TRY(allow_smem(kernel_gemm<Cfg>, Cfg::kSmem, "gemm"));
   const TileOrder order{gemm_n_first_enabled()};
   const dim3 grid = order.grid((p.m + BM - 1) / BM, (p.w.rows + Cfg::BN - 1) / Cfg::BN);
-  kernel_gemm<Cfg>
-      <<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(p, p.w.rows, p.w.cols, sb_shift, lo, order);
+  kernel_gemm<Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(group_of(p), p.w.cols, sb_shift, lo,
+                                                           order, ATmaMaps{});
   return last_launch("gemm");
 }
 
 // The exact q4 path in groups of 64 on the warp-specialised tiles (gemm_ws.cuh).
 using WsCfg = TileCfg<TileB::q4, 128, 8, 1, false, true, true>;
 
-Status launch_ws(const GemmParams& p, int64_t lo, cudaStream_t s) {
+// g's products share A (g.p[0]'s a, a_lo, lda, m) and K.
+Status launch_ws(const GemmGroup& g, int64_t lo, cudaStream_t s) {
   ORCHID_TRY(allow_smem(kernel_gemm<WsCfg>, WsCfg::kSmem, "gemm"));
+  const GemmParams& p = g.p[0];
   const TileOrder order{gemm_n_first_enabled()};
-  const int64_t tiles =
-      int64_t((p.m + WsCfg::BM - 1) / WsCfg::BM) * ((p.w.rows + WsCfg::BN - 1) / WsCfg::BN);
+  const int64_t tiles = int64_t((p.m + WsCfg::BM - 1) / WsCfg::BM) * g.tiles0[g.n];
+  ATmaMaps tma;
+  ORCHID_TRY(encode_a_maps(tma, p.a, p.a_lo, p.m, p.w.cols, p.lda));
   kernel_gemm<WsCfg>
-      <<<ws_grid(tiles), WsCfg::kThreads, WsCfg::kSmem, s>>>(p, p.w.rows, p.w.cols, 1, lo, order);
+      <<<ws_grid(tiles), WsCfg::kThreads, WsCfg::kSmem, s>>>(g, p.w.cols, 1, lo, order, tma);
   return last_launch("gemm");
 }
 
@@ -126,7 +167,7 @@ Status launch_ws(const GemmParams& p, int64_t lo, cudaStream_t s) {
 template <TileB B, bool EXACT>
 Status launch_format(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
   if constexpr (B == TileB::q4 && EXACT)
-    if (sb_shift == 1 && gemm_ws_enabled()) return launch_ws(p, lo, s);
+    if (sb_shift == 1 && gemm_ws_enabled()) return launch_ws(group_of(p), lo, s);
   const int64_t tiles128 = int64_t((p.m + 127) / 128) * ((p.w.rows + 127) / 128);
   if (tiles128 >= 2 * sm_count()) return launch_tiles<B, 128, EXACT>(p, sb_shift, lo, s);
   return launch_tiles<B, 64, EXACT>(p, sb_shift, lo, s);
@@ -190,6 +231,12 @@ bool gemm_persistent_enabled() {
 void set_gemm_persistent_enabled(bool on) {
   g_persistent.store(on, std::memory_order_relaxed);
 }
+bool gemm_tma_a_enabled() {
+  return g_tma_a.load(std::memory_order_relaxed);
+}
+void set_gemm_tma_a_enabled(bool on) {
+  g_tma_a.store(on, std::memory_order_relaxed);
+}
 int ws_grid(int64_t n_work) {
   const int64_t cap = gemm_persistent_enabled() ? sm_count() : n_work;
   return int(std::max<int64_t>(1, std::min(n_work, cap)));
@@ -228,25 +275,41 @@ Status launch_dequant_f16(const DevMatrix& w, uint16_t* out, cudaStream_t s) {
   return last_launch("dequant f16");
 }
 
-Status launch_gemm(const GemmParams& p, cudaStream_t s) {
+namespace {
+
+// The shape and operand checks of launch_gemm; W's (scale, bias) shift.
+Expected<int> check_gemm(const GemmParams& p) {
   auto shift = tile_matrix_shift(p.w, "gemm");
   if (!shift) return shift.error();
   if (p.m < 0 || !p.a || !p.c) return err("gemm: null operand or negative row count");
   if (p.lda < p.w.cols || p.lda % 8 != 0 || reinterpret_cast<uintptr_t>(p.a) % 16 != 0)
     return err("gemm: A needs 16-byte aligned rows of at least ", p.w.cols, " elements (lda ",
                p.lda, ")");
-  if (p.ldc < p.w.rows) return err("gemm: ldc ", p.ldc, " < ", p.w.rows, " output columns");
+  if (p.pair_sum && (p.w.rows % 2 != 0 || p.add))
+    return err("gemm: pair sums need an even row count and no residual");
+  const int out_cols = p.pair_sum ? p.w.rows / 2 : p.w.rows;
+  if (p.ldc < out_cols) return err("gemm: ldc ", p.ldc, " < ", out_cols, " output columns");
   if ((p.w.rows + 127) / 128 > 65535) return err("gemm: ", p.w.rows, " rows are too many");
   if (p.a_lo) {
     ORCHID_TRY(tile_exact_group(p.w, "gemm"));
     if (reinterpret_cast<uintptr_t>(p.a_lo) % 16 != 0)
       return err("gemm: A_lo must be 16-byte aligned");
   }
+  return *shift;
+}
+
+// Elements from a row of A to its row of A_lo (the same layout in another buffer).
+int64_t lo_offset(const GemmParams& p) {
+  return (reinterpret_cast<intptr_t>(p.a_lo) - reinterpret_cast<intptr_t>(p.a)) / 2;
+}
+
+}  // namespace
+
+Status launch_gemm(const GemmParams& p, cudaStream_t s) {
+  auto shift = check_gemm(p);
+  if (!shift) return shift.error();
   if (p.m == 0) return {};
-  // A_lo's rows sit at a fixed distance from A's (same layout, another buffer).
-  if (p.a_lo)
-    return launch_fused<true>(
-        p, *shift, (reinterpret_cast<intptr_t>(p.a_lo) - reinterpret_cast<intptr_t>(p.a)) / 2, s);
+  if (p.a_lo) return launch_fused<true>(p, *shift, lo_offset(p), s);
   if (p.w.fmt == DevFormat::bf16 || gemm_fused_dequant_enabled())
     return launch_fused<false>(p, *shift, 0, s);
   // The ablation: W → fp16 scratch, then the fp16 tiles.
@@ -262,6 +325,34 @@ Status launch_gemm(const GemmParams& p, cudaStream_t s) {
   GemmParams f = p;
   f.w = DevMatrix{buf, nullptr, p.w.rows, p.w.cols, p.w.cols / 8, 0, DevFormat::bf16};
   return launch_format<TileB::f16, false>(f, 0, 0, s);
+}
+
+Status launch_gemm_group(std::span<const GemmParams> ps, cudaStream_t s) {
+  if (ps.empty() || ps.size() > size_t(kMaxGemmGroup))
+    return err("gemm group: 1 to ", kMaxGemmGroup, " products, got ", ps.size());
+  GemmGroup g;
+  bool one_launch = gemm_group_enabled() && gemm_ws_enabled();
+  for (const GemmParams& p : ps) {
+    auto shift = check_gemm(p);
+    if (!shift) return shift.error();
+    const GemmParams& p0 = ps[0];
+    if (p.a != p0.a || p.a_lo != p0.a_lo || p.lda != p0.lda || p.m != p0.m || p.w.cols != p0.w.cols)
+      return err("gemm group: the products must share A (a, a_lo, lda, m and K)");
+    // The warp-specialised tiles' form: exact q4 in groups of 64.
+    one_launch = one_launch && p.a_lo && p.w.fmt == DevFormat::q4 && *shift == 1;
+    g.p[g.n] = p, g.tiles0[g.n + 1] = g.tiles0[g.n] + (p.w.rows + 127) / 128, ++g.n;
+  }
+  if (ps[0].m == 0) return {};
+  if (one_launch) return launch_ws(g, lo_offset(ps[0]), s);
+  for (const GemmParams& p : ps) ORCHID_TRY(launch_gemm(p, s));
+  return {};
+}
+
+bool gemm_group_enabled() {
+  return g_group.load(std::memory_order_relaxed);
+}
+void set_gemm_group_enabled(bool on) {
+  g_group.store(on, std::memory_order_relaxed);
 }
 
 }  // namespace orchid::cuda

@@ -32,6 +32,7 @@
 
 #include "orchid/backend/cuda/mma_bf16.cuh"
 #include "orchid/backend/cuda/mma_q4.cuh"  // mma_16816
+#include "orchid/backend/cuda/tensor_map.h"
 #include "orchid/backend/cuda/wgmma.cuh"
 
 // Its own namespace: its cp_async16 and ldmatrix_x4 take shared addresses as integers (computed
@@ -197,6 +198,11 @@ struct TileSrc {
   int sb_shift = 0;  // q4/q8: log2(units per (scale, bias) group)
   // Exact path: A_lo's row at a[p] + lo (elements; A_lo has A's layout in a buffer of its own).
   int64_t lo = 0;
+  // Warp-specialised tiles with A by the copy engine (ORCHID_TMA_A): the maps of A_hi and A_lo
+  // (a_map[0], a_map[1]; null: A by cp.async from a[]), whose boxes are the whole BM-row tile;
+  // one thread copies it from row a_row on, the others have a_row < 0.
+  const CUtensorMap* a_map = nullptr;
+  int a_row = -1;
 };
 
 // ---- PTX wrappers ------------------------------------------------------------------------------

@@ -8,7 +8,11 @@
 // - Warpgroup 0, the producer (40 registers a thread), runs up to kWsStages k-steps (64 elements,
 //   one q4 group) ahead. Per step, once the consumers have released the stage (its "empty"
 //   mbarrier), thread t copies A_hi and A_lo chunks (rows t / 8 + 16p, chunk t % 8) and B row t's
-//   (scale, bias) word with cp.async, which arrive on the stage's "full" mbarrier when they land;
+//   (scale, bias) word with cp.async, which arrive on the stage's "full" mbarrier when they land
+//   — or, where A's tile is a block of consecutive rows (dense, expert down; ORCHID_TMA_A), thread
+//   0 has the copy engine bring A_hi's and A_lo's whole 128 × 64 tiles, swizzled, two copies
+//   whose bytes the barrier also awaits (16 cp.async a thread fewer: session 12 measured the
+//   dense GEMMs and down 12-14 % faster; a copy per gathered row for gate/up was 2× slower);
 //   then it converts B row t's codes of the step (copied kWsStages - 1 steps earlier into a ring
 //   of raw units: its own copies, so no barrier) to fp16 in the stage's swizzled B tile and
 //   arrives a second time. The codes need no scale (the fold applies it), so a row is 8 byte
@@ -41,6 +45,7 @@ struct WsSmem {
   static constexpr int S = Cfg::kWsStages;
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 40 · 128 + 232 · 256 = 168 · 384
   static_assert(Cfg::BM == 128 && Cfg::BN == 128 && Cfg::kUnitsPerRow == 2 && Cfg::kThreads == 384);
+  static_assert(Cfg::BM == kTmaATileRows);  // a tensor map's box is the whole A tile
   char* p;
   uint32_t base;
   __device__ __forceinline__ static int stage(int ks) { return (ks % S) * Cfg::kWsStageBytes; }
@@ -85,13 +90,21 @@ __device__ __forceinline__ void ws_produce(const TileSrc<Cfg>& src, const WsSmem
     const int g = g0 + ks;
     if (g >= S) mbar_wait(sm.empty(g), (g / S - 1) & 1);
     const uint32_t st = sm.base + sm.stage(g);
-    const int k0 = ks * kTileK + 8 * ch;
+    if (src.a_map) {
+      if (src.a_row >= 0) {
+        mbar_expect_tx(sm.full(g), 2 * Cfg::kATileBytes);
+        tma_load_2d(st, src.a_map, ks * kTileK, src.a_row, sm.full(g));
+        tma_load_2d(st + Cfg::kATileBytes, src.a_map + 1, ks * kTileK, src.a_row, sm.full(g));
+      }
+    } else {
+      const int k0 = ks * kTileK + 8 * ch;
 #pragma unroll
-    for (int p = 0; p < Cfg::BM / 16; ++p) {
-      const int r = (t >> 3) + 16 * p;
-      const uint16_t* a = sm.rows(buf)[r];
-      cp_async16(st + tile_off(r, ch), a ? a + k0 : a, a != nullptr);
-      cp_async16(st + Cfg::kATileBytes + tile_off(r, ch), a ? a + src.lo + k0 : a, a != nullptr);
+      for (int p = 0; p < Cfg::BM / 16; ++p) {
+        const int r = (t >> 3) + 16 * p;
+        const uint16_t* a = sm.rows(buf)[r];
+        cp_async16(st + tile_off(r, ch), a ? a + k0 : a, a != nullptr);
+        cp_async16(st + Cfg::kATileBytes + tile_off(r, ch), a ? a + src.lo + k0 : a, a != nullptr);
+      }
     }
     cp_async4(st + Cfg::kWsSb + 4 * t, sb ? sb + ks : sb, sb != nullptr);  // one group per step
     cp_async_mbar_arrive(sm.full(g));

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "orchid/backend/cuda/kernels.h"
 
@@ -29,8 +30,26 @@ struct GemmParams {
   float* c = nullptr;          // [M, ldc] fp32
   int ldc = 0;                 // elements
   const float* add = nullptr;  // optional [M, ldc] added to the product (may equal c)
+  // W's rows in pairs (N even, no add): C[:, j] = product columns 2j + 2j + 1 (a q8 matrix as its
+  // two q4 halves: launch_split_q8).
+  bool pair_sum = false;
 };
 Status launch_gemm(const GemmParams& p, cudaStream_t s);
+// The products of one A (the same a, a_lo, lda, m and K) with up to kMaxGemmGroup matrices: one
+// launch of the warp-specialised tiles walking all their tiles when every one is exact q4 in
+// groups of 64 and gemm_group_enabled() (no product's small column count or last wave idles the
+// GPU alone); otherwise launch_gemm for each in turn.
+constexpr int kMaxGemmGroup = 4;
+Status launch_gemm_group(std::span<const GemmParams> ps, cudaStream_t s);
+// Whether launch_gemm_group runs its products in one launch (default) or one launch each (the
+// ablation). Process-wide; the backend sets it.
+bool gemm_group_enabled();
+void set_gemm_group_enabled(bool on);
+// q [N, K] q8 in groups of 16 or more → q4 [2N, K] (w_out: 2N · K / 2 bytes, 16-byte aligned;
+// sb_out: 2N · K / group words) whose row pairs sum to q's rows: rows 2n the codes' high nibbles
+// with scale 16 s and bias b, 2n + 1 the low ones with scale s and bias 0. Exact (the same
+// weights); for the q4-only warp-specialised GEMM with pair_sum.
+Status launch_split_q8(const DevMatrix& q, void* w_out, uint32_t* sb_out, cudaStream_t s);
 
 // Whether the q4 / q8 tiles are dequantised inside the GEMM (default) or the whole matrix is
 // first dequantised to an fp16 buffer that a plain GEMM then reads (the ablation; the buffer is
@@ -54,6 +73,13 @@ void set_gemm_n_first_enabled(bool on);
 // backend sets it.
 bool gemm_persistent_enabled();
 void set_gemm_persistent_enabled(bool on);
+// Whether the warp-specialised tiles whose A tile is a block of consecutive rows (the dense
+// projections, expert down) have the copy engine (TMA: tensor_map.h) bring A_hi and A_lo into
+// their stages, a whole 128-row tile in one copy each, instead of 16 cp.async a producer thread
+// and k-step (expert gate/up gathers its rows: always cp.async). Process-wide, default on; the
+// backend sets it.
+bool gemm_tma_a_enabled();
+void set_gemm_tma_a_enabled(bool on);
 // Blocks of a warp-specialised launch of n_work tiles (one an SM when persistent, else one a tile).
 int ws_grid(int64_t n_work);
 // w [N, K] dequantised into out [N, K] fp16 (the ablation's first half).

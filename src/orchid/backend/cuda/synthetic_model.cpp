@@ -96,6 +96,7 @@ Expected<std::unique_ptr<DeviceModel>> synthetic_device_model(const ModelConfig&
     }
     ORCHID_MK(L.router, mk.matrix(c.n_expert, H, 8));
     ORCHID_MK(L.shared_gate, mk.matrix(1, H, 8));
+    ORCHID_TRY(add_router_halves(dm->arena, L));
     ORCHID_MK(L.gate, mk.matrix(E1 * ff, H, 4));
     ORCHID_MK(L.up, mk.matrix(E1 * ff, H, 4));
     ORCHID_MK(L.down, mk.matrix(E1 * H, ff, 4));

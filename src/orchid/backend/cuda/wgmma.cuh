@@ -289,6 +289,26 @@ __device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* sr
       : "memory");
 #endif
 }
+// Announces `bytes` more of bulk copies completing on `bar`'s current phase, without arriving
+// (the thread's own later arrivals keep the phase open until then).
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+// The box of tensor map `map` (a kernel parameter's address: tensor_map.h) at coordinates
+// (c0 innermost, c1) to shared address `dst` on the copy engine, counted on `bar` as it lands.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1,
+                                            uint32_t bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#endif
+}
 // One arrival on `bar` once all of this thread's earlier cp.async copies have landed (counted
 // in the barrier's initial count: .noinc).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
