@@ -7,6 +7,7 @@
 #   prefill: `orchid bench prefill` (tok/s per prompt length, per-kernel times, ablations at
 #        512, 2K, 8K, memory after the longest prompt) as $OUT/bench-prefill.json
 #   BENCH_ARGS (environment): more `orchid bench decode` flags, e.g. --ablation-lengths none
+#   GTEST_FILTER (environment): tests runs only the CUDA tests it matches
 #   ncu: per-kernel durations and DRAM bytes of the first decode step at the first context,
 #        from Nsight Compute (clocks left alone), as $OUT/ncu.csv
 #   fullsize: a full-size synthetic checkpoint (orchid synth, 19 GB, made once per machine) through
@@ -45,7 +46,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
   | tee "$out/gpu.txt"
 status=0
 if [[ "$what" == tests || "$what" == all ]]; then
-  "$bin/orchid_cuda_tests" --gtest_color=no > "$out/cuda_tests.log" 2>&1 || status=1
+  "$bin/orchid_cuda_tests" --gtest_color=no ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} \
+    > "$out/cuda_tests.log" 2>&1 || status=1
   grep -E "^\[ (cuda golden|cuda greedy) \]|FAILED|^\[  PASSED|^\[  FAILED" "$out/cuda_tests.log" | head -60
 fi
 if [[ "$what" == bench || "$what" == all ]]; then

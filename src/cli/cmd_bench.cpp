@@ -56,7 +56,8 @@ int bench_synthetic(const std::string& what, const std::string& name,
                     const std::vector<int32_t>& lengths,
                     const std::vector<int32_t>& decode_ablation,
                     const std::vector<int32_t>& prefill_ablation,
-                    const std::vector<int32_t>& prefill_profile, int tokens,
+                    const std::vector<int32_t>& prefill_profile,
+                    const std::vector<std::string>& prefill_variants, int tokens,
                     const std::string& out) {
 #ifdef ORCHID_HAVE_CUDA
   auto cfg = builtin_config(name);
@@ -79,6 +80,7 @@ int bench_synthetic(const std::string& what, const std::string& name,
     o.lengths.assign(lengths.begin(), lengths.end());
     o.ablation_lengths.assign(prefill_ablation.begin(), prefill_ablation.end());
     o.profile_lengths.assign(prefill_profile.begin(), prefill_profile.end());
+    o.variants = prefill_variants;
     auto p = cuda_prefill_bench(**be, o);
     if (!p) return fail(p.message());
     j->update(*p);
@@ -95,7 +97,7 @@ int bench_synthetic(const std::string& what, const std::string& name,
   return 0;
 #else
   (void)what, (void)name, (void)lengths, (void)decode_ablation, (void)prefill_ablation,
-      (void)prefill_profile, (void)tokens, (void)out;
+      (void)prefill_profile, (void)prefill_variants, (void)tokens, (void)out;
   return fail("--synthetic needs the CUDA backend, which this build does not have");
 #endif
 }
@@ -107,7 +109,7 @@ void add_bench(CLI::App& app, int& exit_code) {
     ModelOptions model;
     std::string what = "all", lengths = "256,512,1024", out, synthetic;
     std::string ablation_lengths = "default", profile_lengths;
-    std::vector<std::string> series;
+    std::vector<std::string> series, ablations;
     int decode_tokens = 32;
   };
   auto args = std::make_shared<Args>();
@@ -128,6 +130,10 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "--synthetic: lengths of the per-kernel reports and the switches' ablations "
                   "(comma-separated; 'none' skips them and the per-shape report; default: "
                   "4096,32768 for decode, 512,2048,8192 for prefill)");
+  cmd->add_option("--ablations", args->ablations,
+                  "--synthetic prefill: only these switch ablations by name (comma-separated, "
+                  "e.g. scaled_codes_off,exact_prefill_off; default: every one)")
+      ->delimiter(',');
   cmd->add_option("--profile-lengths", args->profile_lengths,
                   "--synthetic prefill: more prompt lengths for the per-kernel report alone "
                   "(comma-separated; e.g. 131072, where the ablations would take minutes)");
@@ -150,9 +156,9 @@ void add_bench(CLI::App& app, int& exit_code) {
         if (!p) return void(exit_code = fail("--profile-lengths: " + p.message()));
         prefill_prof = *p;
       }
-      return void(exit_code =
-                      bench_synthetic(args->what, args->synthetic, *lengths, decode_abl,
-                                      prefill_abl, prefill_prof, args->decode_tokens, args->out));
+      return void(exit_code = bench_synthetic(args->what, args->synthetic, *lengths, decode_abl,
+                                              prefill_abl, prefill_prof, args->ablations,
+                                              args->decode_tokens, args->out));
     }
     if (args->model.dir.empty()) return void(exit_code = fail("bench: -m DIR or --synthetic NAME"));
     auto lm = open_model(args->model);

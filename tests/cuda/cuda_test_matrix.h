@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "orchid/backend/cuda/prefill_kernels.h"
 
 namespace orchid::test {
 
@@ -73,6 +74,8 @@ struct DeviceMatrix {
       : words(h.words), sb(h.sb.empty() ? std::vector<uint32_t>{0u} : h.sb) {
     m.w = words.get(), m.sb = sb.get(), m.rows = h.rows, m.cols = h.cols, m.units = h.units;
     m.group = h.group, m.fmt = h.fmt;
+    const Status st = cuda::set_scaled_code_exp(m, nullptr);
+    EXPECT_TRUE(st.ok()) << st.message();
   }
 };
 

@@ -197,6 +197,22 @@ struct WsMode {
   ~WsMode() { cuda::set_gemm_ws_enabled(saved); }
 };
 
+// Sets the scaled-codes switch for a scope (gemm_ws.cuh), restoring it after.
+struct ScaledMode {
+  bool saved = cuda::gemm_scaled_enabled();
+  explicit ScaledMode(bool on) { cuda::set_gemm_scaled_enabled(on); }
+  ~ScaledMode() { cuda::set_gemm_scaled_enabled(saved); }
+};
+
+// A's group sums on the device (launch_group_sums; lo may be null) into sums, made here: rows of
+// 2 · group_sums_half(k) values.
+void group_sums(std::optional<DevBuf<uint16_t>>& sums, const uint16_t* hi, const uint16_t* lo,
+                int rows, int k, int lda) {
+  sums.emplace(size_t(std::max(rows, 1)) * 2 * cuda::group_sums_half(k));
+  const Status st = cuda::launch_group_sums(hi, lo, rows, k, lda, sums->get(), nullptr);
+  ASSERT_TRUE(st.ok()) << st.message();
+}
+
 // Sets the tiles' grid order for a scope (gemm_tile.cuh's TileOrder), restoring it after.
 struct OrderMode {
   bool saved = cuda::gemm_n_first_enabled();
@@ -228,6 +244,7 @@ struct GemmCase {
   bool fused;
   bool exact = false;  // A as hi + lo (A_lo set): the exact path
   bool ws = false;     // the warp-specialised tiles on (they take exact q4 in groups of 64)
+  bool sums = false;   // A's group sums given: q4 in groups of 64 on the scaled codes (ws on)
 };
 
 void run_gemm(const GemmCase& cs) {
@@ -235,7 +252,8 @@ void run_gemm(const GemmCase& cs) {
   SCOPED_TRACE(testing::Message() << "seed " << seed << ", format " << int(cs.fmt) << " M " << cs.m
                                   << " N " << cs.n << " K " << cs.k << " group " << cs.group
                                   << " add " << int(cs.add) << (cs.fused ? " fused" : " unfused")
-                                  << (cs.exact ? " exact" : " fp16") << (cs.ws ? " ws" : ""));
+                                  << (cs.exact ? " exact" : " fp16") << (cs.ws ? " ws" : "")
+                                  << (cs.sums ? " sums" : ""));
   std::mt19937_64 rng(seed);
   WsMode ws(cs.ws);
   HostMatrix w = quantised(cs.fmt, cs.n, cs.k, cs.group, rng);
@@ -257,6 +275,11 @@ void run_gemm(const GemmCase& cs) {
   cuda::GemmParams p;
   p.w = dw.m, p.a = da.get(), p.lda = lda, p.m = cs.m, p.c = dc.get(), p.ldc = ldc;
   if (cs.exact) p.a_lo = dlo.get();
+  std::optional<DevBuf<uint16_t>> dsums;
+  if (cs.sums) {
+    group_sums(dsums, da.get(), cs.exact ? dlo.get() : nullptr, cs.m, cs.k, lda);
+    p.a_sums = dsums->get();
+  }
   if (cs.add == Add::separate) p.add = dadd.get();
   if (cs.add == Add::in_place) {
     ORCHID_CUDA_OK(cudaMemcpy(dc.get(), add.data(), add.size() * 4, cudaMemcpyHostToDevice));
@@ -449,6 +472,109 @@ TEST(CudaGemmExact, TileOrdersMatchReference) {
   }
 }
 
+// ---- The scaled codes (s·(q − 8) in fp16, the biases against A's group sums) -----------------
+
+// launch_group_sums against the host, every element of a row's two blocks (hi: R_hi twice, then
+// zeros; lo: R_lo, then zeros; the poison must go): R_hi + R_lo within 2^-20 of Σ|·| / 64 (fp32
+// sums of 64 terms, then the split's 2^-22) plus 2^-25 of Σ (hi + lo) / 64, with and without lo;
+// 1 to 64 groups (padding of every length), strided rows. Bad shapes are refused.
+TEST(CudaGemmScaled, GroupSumsMatchHost) {
+  ORCHID_REQUIRE_GPU();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const auto [rows, k, pad] :
+       {std::array{1, 64, 0}, {7, 192, 8}, {130, 512, 0}, {33, 2048, 16}, {5, 4096, 0}})
+    for (bool with_lo : {true, false}) {
+      SCOPED_TRACE(testing::Message() << rows << " × " << k << (with_lo ? " hi + lo" : " hi"));
+      const int lda = k + pad, half = cuda::group_sums_half(k), G = k / 64;
+      const SplitRows a = random_split(rows, k, lda, rng);
+      DevBuf<uint16_t> dh(a.hi), dl(a.lo);
+      DevBuf<uint16_t> sums(std::vector<uint16_t>(size_t(rows) * 2 * half, 0x7e00));
+      const Status st = cuda::launch_group_sums(dh.get(), with_lo ? dl.get() : nullptr, rows, k,
+                                                lda, sums.get(), nullptr);
+      ASSERT_TRUE(st.ok()) << st.message();
+      const auto s = sums.host();
+      int bad = 0;
+      for (int r = 0; r < rows; ++r) {
+        const uint16_t* sh = &s[size_t(r) * 2 * half];
+        const uint16_t* sl = sh + half;
+        for (int c = 0; c < half; ++c) {
+          bool ok;
+          if (c < G) {
+            double want = 0, mag = 0;
+            for (int i = 64 * c; i < 64 * c + 64; ++i) {
+              const size_t e = size_t(r) * lda + i;
+              const double v = f16(a.hi[e]) + (with_lo ? f16(a.lo[e]) : 0.0);
+              want += v, mag += std::fabs(v);
+            }
+            want /= 64, mag /= 64;
+            ok = sh[G + c] == sh[c] &&
+                 std::fabs(f16(sh[c]) + f16(sl[c]) - want) <= 0x1p-20 * mag + 0x1p-25;
+          } else {
+            ok = sl[c] == 0 && (c < 2 * G || sh[c] == 0);
+          }
+          if (!ok && bad++ < 5)
+            ADD_FAILURE() << "row " << r << " column " << c << ": hi " << f16(sh[c]) << " lo "
+                          << f16(sl[c]);
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  DevBuf<uint16_t> x(size_t(4) * 256), out(size_t(4) * 256);
+  EXPECT_FALSE(cuda::launch_group_sums(x.get(), nullptr, 4, 96, 128, out.get(), nullptr).ok());
+  EXPECT_FALSE(cuda::launch_group_sums(x.get(), nullptr, 4, 128, 64, out.get(), nullptr).ok());
+  EXPECT_FALSE(cuda::launch_group_sums(x.get() + 4, nullptr, 4, 64, 64, out.get(), nullptr).ok());
+  EXPECT_FALSE(cuda::launch_group_sums(x.get(), nullptr, 4, 64, 64, nullptr, nullptr).ok());
+  ORCHID_CUDA_OK(cudaDeviceSynchronize());
+}
+
+// The scaled codes on the warp-specialised tiles (sm_90a), exact (two passes) and on A_hi alone:
+// row counts around the tile, K from one k-step (two steps with the bias, fewer than the stages)
+// to 64 (two bias steps), N not a multiple of 128, residual adds; A by the copy engine (rows past
+// M arrive as zeros) and by cp.async. Other groups and formats keep their tiles with the sums
+// given, and with the switch off the same launch takes the fold.
+TEST(CudaGemmScaled, MatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  {
+    WsMode on(true);
+    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  }
+  const ScaledMode on(true);
+  for (bool exact : {true, false})
+    for (bool tma : {true, false}) {
+      SCOPED_TRACE(tma ? "A by TMA" : "A by cp.async");
+      const TmaAMode mode(tma);
+      for (int m : {1, 7, 65, 130, 257})
+        for (int k : {64, 512, 4096})
+          run_gemm({DevFormat::q4, m, 192, k, 64, 8, Add::none, true, exact, true, true});
+      for (int k : {128, 192, 320, 2048})
+        run_gemm({DevFormat::q4, 130, 320, k, 64, 0, Add::separate, true, exact, true, true});
+      run_gemm({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, exact, true, true});
+      run_gemm({DevFormat::q4, 2100, 4096, 256, 64, 0, Add::none, true, exact, true, true});
+    }
+  run_gemm({DevFormat::q4, 100, 192, 512, 128, 8, Add::none, true, true, true, true});
+  run_gemm({DevFormat::q8, 100, 257, 1024, 64, 0, Add::separate, true, true, true, true});
+  const ScaledMode off(false);
+  run_gemm({DevFormat::q4, 130, 320, 512, 64, 0, Add::separate, true, true, true, true});
+}
+
+// Both grid orders, persistent blocks (several tiles each: stages and barrier phases carry over,
+// bias steps included) or a block a tile, on the scaled codes.
+TEST(CudaGemmScaled, TileOrdersMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  const ScaledMode on(true);
+  for (bool n_first : {false, true})
+    for (bool persistent : {false, true}) {
+      const OrderMode order(n_first);
+      const PersistentMode mode(persistent);
+      for (bool exact : {true, false}) {
+        run_gemm({DevFormat::q4, 2100, 4096, 64, 64, 0, Add::none, true, exact, true, true});
+        run_gemm({DevFormat::q4, 1000, 1500, 320, 64, 8, Add::separate, true, exact, true, true});
+      }
+    }
+}
+
 // A q8 matrix in groups of 64 as its two q4 halves (launch_split_q8, the prefill router's form):
 // the halves' codes and (scale, bias) words as the host makes them, bit for bit, and the exact
 // GEMM of the halves with each column pair summed (on the warp-specialised tiles where they run)
@@ -496,29 +622,38 @@ TEST(CudaGemmExact, SplitQ8HalvesMatchQ8) {
     EXPECT_EQ(bad, 0);
 
     cuda::DevMatrix halves{hw.get(), hsb.get(), 2 * n, k, k / 32, 64, DevFormat::q4};
+    ASSERT_TRUE(cuda::set_scaled_code_exp(halves, nullptr).ok());
     const ExactWeights ew(q);
     const SplitRows a = random_split(m, k, k, rng);
     DevBuf<uint16_t> da(a.hi), dlo(a.lo);
     DevBuf<float> dc(size_t(m) * (n + 1));
-    ORCHID_CUDA_OK(cudaMemset(dc.get(), 0xff, dc.bytes()));
-    cuda::GemmParams p;
-    p.w = halves, p.a = da.get(), p.a_lo = dlo.get(), p.lda = k, p.m = m;
-    p.c = dc.get(), p.ldc = n + 1, p.pair_sum = true;
-    st = cuda::launch_gemm(p, nullptr);
-    ASSERT_TRUE(st.ok()) << st.message();
-    const auto c = dc.host();
-    for (int r = 0; r < m; ++r) {
-      for (int j = 0; j < n; ++j) {
-        const ExactDot d = exact_dot(&a.x[size_t(r) * k], ew, j, k);
-        const double tol = exact_bound(d, false) + 0x1p-23 * std::fabs(d.v);
-        const double got = c[size_t(r) * (n + 1) + j];
-        if (!(std::fabs(got - d.v) <= tol) && bad++ < 5)
-          ADD_FAILURE() << "row " << r << " col " << j << ": " << got << " vs " << d.v;
+    std::optional<DevBuf<uint16_t>> sums;
+    group_sums(sums, da.get(), dlo.get(), m, k, k);
+    // The fold, then the scaled codes (the prefill's form).
+    for (bool scaled : {false, true}) {
+      SCOPED_TRACE(scaled ? "scaled codes" : "fold");
+      ORCHID_CUDA_OK(cudaMemset(dc.get(), 0xff, dc.bytes()));
+      cuda::GemmParams p;
+      p.w = halves, p.a = da.get(), p.a_lo = dlo.get(), p.lda = k, p.m = m;
+      p.c = dc.get(), p.ldc = n + 1, p.pair_sum = true;
+      if (scaled) p.a_sums = sums->get();
+      const ScaledMode mode(scaled);
+      st = cuda::launch_gemm(p, nullptr);
+      ASSERT_TRUE(st.ok()) << st.message();
+      const auto c = dc.host();
+      for (int r = 0; r < m; ++r) {
+        for (int j = 0; j < n; ++j) {
+          const ExactDot d = exact_dot(&a.x[size_t(r) * k], ew, j, k);
+          const double tol = exact_bound(d, false) + 0x1p-23 * std::fabs(d.v);
+          const double got = c[size_t(r) * (n + 1) + j];
+          if (!(std::fabs(got - d.v) <= tol) && bad++ < 5)
+            ADD_FAILURE() << "row " << r << " col " << j << ": " << got << " vs " << d.v;
+        }
+        if (!std::isnan(c[size_t(r) * (n + 1) + n]) && bad++ < 5)
+          ADD_FAILURE() << "row " << r << ": the padding column was written";
       }
-      if (!std::isnan(c[size_t(r) * (n + 1) + n]) && bad++ < 5)
-        ADD_FAILURE() << "row " << r << ": the padding column was written";
+      EXPECT_EQ(bad, 0);
     }
-    EXPECT_EQ(bad, 0);
   }
   // An odd row count cannot pair.
   const DeviceMatrix odd_w(quantised(DevFormat::q4, 3, 64, 64, rng));
@@ -544,37 +679,42 @@ TEST(CudaGemmExact, GroupMatchesOneLaunchEach) {
   const WsMode ws(true);
   const int k = 512;
   const std::array<int, 4> ns = {320, 32, 1024, 48};
-  for (int m : {1, 130, 700}) {
-    SCOPED_TRACE(testing::Message() << "M " << m);
-    const SplitRows a = random_split(m, k, k, rng);
-    DevBuf<uint16_t> da(a.hi), dlo(a.lo);
-    std::deque<DeviceMatrix> w;  // deque: neither type moves
-    std::deque<DevBuf<float>> one, grouped;
-    std::vector<cuda::GemmParams> ps;
-    for (int n : ns) {
-      w.emplace_back(quantised(DevFormat::q4, n, k, 64, rng));
-      one.emplace_back(size_t(m) * n), grouped.emplace_back(size_t(m) * n);
+  const ScaledMode scaled(true);
+  for (int m : {1, 130, 700})
+    for (bool with_sums : {false, true}) {  // the fold, and the scaled codes
+      SCOPED_TRACE(testing::Message() << "M " << m << (with_sums ? " scaled codes" : " fold"));
+      const SplitRows a = random_split(m, k, k, rng);
+      DevBuf<uint16_t> da(a.hi), dlo(a.lo);
+      std::optional<DevBuf<uint16_t>> sums;
+      if (with_sums) group_sums(sums, da.get(), dlo.get(), m, k, k);
+      std::deque<DeviceMatrix> w;  // deque: neither type moves
+      std::deque<DevBuf<float>> one, grouped;
+      std::vector<cuda::GemmParams> ps;
+      for (int n : ns) {
+        w.emplace_back(quantised(DevFormat::q4, n, k, 64, rng));
+        one.emplace_back(size_t(m) * n), grouped.emplace_back(size_t(m) * n);
+      }
+      for (size_t j = 0; j < ns.size(); ++j) {
+        cuda::GemmParams p;
+        p.w = w[j].m, p.a = da.get(), p.a_lo = dlo.get(), p.lda = k, p.m = m;
+        p.c = one[j].get(), p.ldc = ns[j];
+        if (with_sums) p.a_sums = sums->get();
+        const Status st = cuda::launch_gemm(p, nullptr);
+        ASSERT_TRUE(st.ok()) << st.message();
+        p.c = grouped[j].get();
+        ps.push_back(p);
+      }
+      for (bool on : {true, false}) {
+        const bool saved = cuda::gemm_group_enabled();
+        cuda::set_gemm_group_enabled(on);
+        for (auto& g : grouped) ORCHID_CUDA_OK(cudaMemset(g.get(), 0xff, g.bytes()));
+        const Status st = cuda::launch_gemm_group(ps, nullptr);
+        cuda::set_gemm_group_enabled(saved);
+        ASSERT_TRUE(st.ok()) << st.message();
+        for (size_t j = 0; j < ns.size(); ++j)
+          EXPECT_EQ(one[j].host(), grouped[j].host()) << "product " << j << (on ? " grouped" : "");
+      }
     }
-    for (size_t j = 0; j < ns.size(); ++j) {
-      cuda::GemmParams p;
-      p.w = w[j].m, p.a = da.get(), p.a_lo = dlo.get(), p.lda = k, p.m = m;
-      p.c = one[j].get(), p.ldc = ns[j];
-      const Status st = cuda::launch_gemm(p, nullptr);
-      ASSERT_TRUE(st.ok()) << st.message();
-      p.c = grouped[j].get();
-      ps.push_back(p);
-    }
-    for (bool on : {true, false}) {
-      const bool saved = cuda::gemm_group_enabled();
-      cuda::set_gemm_group_enabled(on);
-      for (auto& g : grouped) ORCHID_CUDA_OK(cudaMemset(g.get(), 0xff, g.bytes()));
-      const Status st = cuda::launch_gemm_group(ps, nullptr);
-      cuda::set_gemm_group_enabled(saved);
-      ASSERT_TRUE(st.ok()) << st.message();
-      for (size_t j = 0; j < ns.size(); ++j)
-        EXPECT_EQ(one[j].host(), grouped[j].host()) << "product " << j << (on ? " grouped" : "");
-    }
-  }
   std::vector<cuda::GemmParams> mixed(2);
   const DeviceMatrix w(quantised(DevFormat::q4, 64, k, 64, rng));
   DevBuf<uint16_t> a1(size_t(4) * k), a2(size_t(4) * k);
@@ -728,6 +868,7 @@ struct ExpertCase {
   bool exact = false;   // x and act as hi + lo
   int gate_group = 64;  // q4/q8 group of gate and up (n_embd columns)
   bool ws = false;      // the warp-specialised tiles on (exact q4 128-row tiles, groups of 64)
+  bool sums = false;    // x's and act's group sums given (the scaled codes on those tiles)
 };
 
 void run_experts(const ExpertCase& cs) {
@@ -736,7 +877,8 @@ void run_experts(const ExpertCase& cs) {
                                   << " E " << cs.E << " k " << cs.k << " n_embd " << cs.n_embd
                                   << " n_ff " << cs.n_ff << " tile rows " << cs.tile_rows
                                   << " groups " << cs.gate_group << "/" << cs.down_group
-                                  << (cs.exact ? " exact" : " fp16") << (cs.ws ? " ws" : ""));
+                                  << (cs.exact ? " exact" : " fp16") << (cs.ws ? " ws" : "")
+                                  << (cs.sums ? " sums" : ""));
   std::mt19937_64 rng(seed);
   WsMode ws(cs.ws);
   const int S = cs.k + 1, H = cs.n_embd, F = cs.n_ff;
@@ -759,11 +901,20 @@ void run_experts(const ExpertCase& cs) {
   gp.gate = dgate.m, gp.up = dup.m, gp.n_ff = F, gp.x = dx.get(), gp.r = &dr.r;
   gp.act = dact.get();
   if (cs.exact) gp.x_lo = dx_lo.get(), gp.act_lo = dact_lo.get();
+  std::optional<DevBuf<uint16_t>> x_sums, act_sums;
+  if (cs.sums) {
+    group_sums(x_sums, dx.get(), cs.exact ? dx_lo.get() : nullptr, cs.T, H, H);
+    gp.x_sums = x_sums->get();
+  }
   Status st = cuda::launch_expert_gate_up(gp, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
   cuda::ExpertDownParams dp;
   dp.down = ddown.m, dp.n_embd = H, dp.n_ff = F, dp.act = dact.get(), dp.r = &dr.r;
   if (cs.exact) dp.act_lo = dact_lo.get();
+  if (cs.sums) {
+    group_sums(act_sums, dact.get(), cs.exact ? dact_lo.get() : nullptr, hr.pairs(), F, F);
+    dp.act_sums = act_sums->get();
+  }
   dp.slot_out = dslot.get();
   st = cuda::launch_expert_down(dp, nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
@@ -920,6 +1071,36 @@ TEST(CudaExpertsExact, TileOrdersMatchReference) {
         if (ws) run_experts({DevFormat::q4, 2000, 8, 3, 512, 256, 128, 64, true, 64, true});
       }
     }
+}
+
+// The scaled codes on the experts' 128-row warp-specialised tiles, exact and on x_hi alone: the
+// cases of CudaExpertsExact.WarpSpecialisedMatchesReference, A by the copy engine and by
+// cp.async; the tile orders, persistent or not (2,000 tokens: several tiles a block); a down
+// matrix in groups of 32 keeps its tiles with the sums given.
+TEST(CudaExpertsScaled, MatchesReference) {
+  ORCHID_REQUIRE_GPU();
+  {
+    WsMode on(true);
+    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  }
+  const ScaledMode on(true);
+  for (bool exact : {true, false}) {
+    for (bool tma : {true, false}) {
+      SCOPED_TRACE(tma ? "A by TMA" : "A by cp.async");
+      const TmaAMode mode(tma);
+      run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 64, exact, 64, true, true});
+      run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 128, 64, exact, 64, true, true});
+      run_experts({DevFormat::q4, 1, 8, 3, 320, 192, 128, 64, exact, 64, true, true});
+      run_experts({DevFormat::q4, 150, 4, 3, 2048, 512, 128, 64, exact, 64, true, true});
+    }
+    for (bool n_first : {false, true})
+      for (bool persistent : {false, true}) {
+        const OrderMode order(n_first);
+        const PersistentMode mode(persistent);
+        run_experts({DevFormat::q4, 2000, 8, 3, 512, 256, 128, 64, exact, 64, true, true});
+      }
+    run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 32, exact, 64, true, true});
+  }
 }
 
 TEST(CudaExperts, RejectsBadRouting) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "orchid/backend/backend.h"
@@ -31,6 +32,7 @@ struct PrefillBenchOptions {
   std::vector<int64_t> lengths;                               // prompt tokens
   std::vector<int64_t> ablation_lengths = {512, 2048, 8192};  // profile + switch ablations
   std::vector<int64_t> profile_lengths;                       // per-kernel profile only
+  std::vector<std::string> variants;  // the ablations to run by name (empty: all of them)
 };
 // Prefill speed of a CUDA backend per prompt length (from an empty state), per-kernel times and
 // the prefill switches' matched ablations at the ablation lengths, memory after the longest.

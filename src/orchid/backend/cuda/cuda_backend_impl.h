@@ -80,6 +80,9 @@ struct MoeRouting;  // prefill_kernels.h
 // (launch_split_q8) on the warp-specialised ones, each output column pair summed;
 // ORCHID_GEMM_GROUP=0 launches the projections of one normed input (DeltaNet q/k/v, z, b, a;
 // attention q, k, v) one by one instead of as one grouped launch of the warp-specialised tiles;
+// ORCHID_SCALED_CODES=0 gives the warp-specialised tiles the integer codes and the per-group fold
+// instead of the scaled codes (s·(q − 8) exact in fp16, the biases as k-steps against the
+// operands' group sums, which each operand's producer launch is followed by: gemm_ws.cuh);
 // ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
 // ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
 // the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
@@ -122,6 +125,7 @@ struct Switches {
   bool tma_a = true;
   bool split_router = true;
   bool gemm_group = true;
+  bool scaled_codes = true;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;
@@ -182,6 +186,10 @@ struct PrefillScratch {
   // for it (null otherwise).
   bool exact = false;
   uint16_t *xn_lo = nullptr, *mix_lo = nullptr, *act_lo = nullptr, *sh_act_lo = nullptr;
+  // The scaled codes' group sums of xn, mix, act and sh_act (launch_group_sums: rows of
+  // 2 · group_sums_half(width)); made only with them on, and used where sums_on.
+  bool scaled = false, sums_on = false;
+  uint16_t *xn_sums = nullptr, *mix_sums = nullptr, *act_sums = nullptr, *sh_act_sums = nullptr;
   float *qg = nullptr, *k = nullptr, *v = nullptr;  // [chunk, n_head·2hd], [chunk, kv·hd] ×2
   float *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr;  // DeltaNet projections
   float *conv_out = nullptr, *o = nullptr, *beta = nullptr, *decay = nullptr;
@@ -275,16 +283,28 @@ class CudaBackend final : public Backend {
   Status forward_chunked(CudaState& st, std::span<const int32_t> tokens, LogitsMode mode,
                          std::vector<float>& logits, int64_t chunk, Profiler* prof);
   Status prefill_chunk(CudaState& st, int T, Profiler* prof);
-  Status prefill_attention(CudaState& st, int l, int T, Profiler* prof);
-  Status prefill_delta_net(CudaState& st, int l, int T, Profiler* prof);
+  // An fp16 GEMM operand of the prefill buffers: hi, its remainder (exact path, else null) and
+  // its group sums (scaled codes, else null).
+  struct Operand {
+    const uint16_t* hi;
+    const uint16_t* lo;
+    const uint16_t* sums;
+  };
+  // xn: the layer's normed input (P.xn as an Operand).
+  Status prefill_attention(CudaState& st, int l, int T, const Operand& xn, Profiler* prof);
+  Status prefill_delta_net(CudaState& st, int l, int T, const Operand& xn, Profiler* prof);
   Status prefill_moe(const DevLayer& L, int T, Profiler* prof);
   // Whether the layer's router fits the exact-path GEMM (the shared-expert gate is a dot in the
   // norm kernel beside it).
   bool router_on_tensor_cores(const DevLayer& L) const;
   // The ORCHID_DEVICE_ROUTING=0 ablation: r's tables to the host and back, synchronously.
   Status round_trip_routing(const MoeRouting& r, int64_t pairs);
-  Status prefill_gemm(const DevMatrix& w, const uint16_t* a, const uint16_t* a_lo, int lda, int T,
-                      float* c, int ldc, const float* add);
+  // The group sums of [rows, k] operand (hi, lo) into out, when the scaled codes are on for this
+  // prefill and k is a multiple of 64; else nothing. The operand as the GEMMs take it.
+  Expected<Operand> with_sums(const uint16_t* hi, const uint16_t* lo, int rows, int k,
+                              uint16_t* out);
+  Status prefill_gemm(const DevMatrix& w, const Operand& a, int lda, int T, float* c, int ldc,
+                      const float* add);
   // Products of xn (hi + lo, or hi alone) with several matrices: (w, c, ldc) each, no residual;
   // one grouped launch on the exact path (launch_gemm_group), prefill_gemm each on the fp16 one.
   struct XnProduct {
@@ -292,7 +312,7 @@ class CudaBackend final : public Backend {
     float* c;
     int ldc;
   };
-  Status prefill_xn_gemms(std::initializer_list<XnProduct> products, int T);
+  Status prefill_xn_gemms(std::initializer_list<XnProduct> products, const Operand& xn, int T);
   Status prefill_logits(int T, LogitsMode mode, float* host);
 
   std::unique_ptr<DeviceModel> dm_;

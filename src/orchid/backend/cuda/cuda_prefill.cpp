@@ -75,14 +75,16 @@ int64_t CudaBackend::prefill_scratch_bytes() const {
 }
 
 Status CudaBackend::ensure_prefill_scratch(int chunk) {
-  if (pf_ && pf_->chunk >= chunk && pf_->exact == sw_.exact_prefill) return {};
+  if (pf_ && pf_->chunk >= chunk && pf_->exact == sw_.exact_prefill &&
+      pf_->scaled == sw_.scaled_codes)
+    return {};
   pf_.reset();
   auto p = std::make_unique<PrefillScratch>();
   DeviceArena& A = p->mem;
   const int64_t C = chunk, H = c_.n_embd, hd = c_.head_dim, slots = c_.n_expert_used + 1;
   const int64_t attn_w = int64_t(c_.n_head) * hd, vd = c_.lin_value_dim();
   const int64_t pairs = C * slots;
-  p->chunk = chunk, p->exact = sw_.exact_prefill;
+  p->chunk = chunk, p->exact = sw_.exact_prefill, p->scaled = sw_.scaled_codes;
   p->max_tiles = int(pairs / 16 + c_.n_expert + 1);  // 16: the smallest tile
   auto take = [&](auto*& dst, int64_t n) -> Status {
     auto r = A.alloc_n<std::remove_reference_t<decltype(*dst)>>(n);
@@ -132,46 +134,62 @@ Status CudaBackend::ensure_prefill_scratch(int chunk) {
     ORCHID_TRY(take(p->act_lo, pairs * std::max(c_.n_ff_exp, c_.n_ff_shexp)));
     if (apart) ORCHID_TRY(take(p->sh_act_lo, C * c_.n_ff_shexp));
   }
+  if (p->scaled) {
+    const auto sums = [](int64_t k) { return 2 * int64_t(group_sums_half(int(k))); };
+    ORCHID_TRY(take(p->xn_sums, C * sums(H)));
+    ORCHID_TRY(take(p->mix_sums, C * sums(std::max(attn_w, vd))));
+    ORCHID_TRY(take(p->act_sums, pairs * sums(std::max(c_.n_ff_exp, c_.n_ff_shexp))));
+    if (apart) ORCHID_TRY(take(p->sh_act_sums, C * sums(c_.n_ff_shexp)));
+  }
   pf_ = std::move(p);
   return {};
 }
 
-Status CudaBackend::prefill_gemm(const DevMatrix& w, const uint16_t* a, const uint16_t* a_lo,
-                                 int lda, int T, float* c, int ldc, const float* add) {
-  if (!a_lo && !sw_.fused_dequant && w.fmt != DevFormat::bf16) {
+Expected<CudaBackend::Operand> CudaBackend::with_sums(const uint16_t* hi, const uint16_t* lo,
+                                                      int rows, int k, uint16_t* out) {
+  if (!pf_->sums_on || k % 64 != 0) return Operand{hi, lo, nullptr};
+  ORCHID_TRY(launch_group_sums(hi, lo, rows, k, k, out, stream_));
+  return Operand{hi, lo, out};
+}
+
+Status CudaBackend::prefill_gemm(const DevMatrix& w, const Operand& a, int lda, int T, float* c,
+                                 int ldc, const float* add) {
+  if (!a.lo && !sw_.fused_dequant && w.fmt != DevFormat::bf16) {
     // The ablation's fp16 copy of the largest matrix it meets, grown on demand.
     ORCHID_TRY(grow(pf_->extra, pf_->dequant, pf_->dequant_elems, int64_t(w.rows) * w.cols,
                     "dequantised weight buffer"));
     set_gemm_dequant_scratch(pf_->dequant, pf_->dequant_elems);
   }
   GemmParams g;
-  g.w = w, g.a = a, g.a_lo = a_lo, g.lda = lda, g.m = T, g.c = c, g.ldc = ldc, g.add = add;
+  g.w = w, g.a = a.hi, g.a_lo = a.lo, g.a_sums = a.sums, g.lda = lda, g.m = T, g.c = c;
+  g.ldc = ldc, g.add = add;
   return launch_gemm(g, stream_);
 }
 
-Status CudaBackend::prefill_xn_gemms(std::initializer_list<XnProduct> products, int T) {
-  const PrefillScratch& P = *pf_;
+Status CudaBackend::prefill_xn_gemms(std::initializer_list<XnProduct> products, const Operand& xn,
+                                     int T) {
   const int H = c_.n_embd;
-  if (!P.xn_lo) {
+  if (!xn.lo && !xn.sums) {
     for (const XnProduct& x : products)
-      ORCHID_TRY(prefill_gemm(*x.w, P.xn, nullptr, H, T, x.c, x.ldc, nullptr));
+      ORCHID_TRY(prefill_gemm(*x.w, xn, H, T, x.c, x.ldc, nullptr));
     return {};
   }
   GemmParams g[kMaxGemmGroup];
   int n = 0;
   for (const XnProduct& x : products) {
     if (n == kMaxGemmGroup) return err("prefill: more than ", kMaxGemmGroup, " grouped products");
-    g[n].w = *x.w, g[n].a = P.xn, g[n].a_lo = P.xn_lo, g[n].lda = H, g[n].m = T;
-    g[n].c = x.c, g[n].ldc = x.ldc, ++n;
+    g[n].w = *x.w, g[n].a = xn.hi, g[n].a_lo = xn.lo, g[n].a_sums = xn.sums, g[n].lda = H;
+    g[n].m = T, g[n].c = x.c, g[n].ldc = x.ldc, ++n;
   }
   return launch_gemm_group(std::span<const GemmParams>(g, size_t(n)), stream_);
 }
 
-Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* prof) {
+Status CudaBackend::prefill_attention(CudaState& st, int l, int T, const Operand& xn,
+                                      Profiler* prof) {
   const DevLayer& L = dm_->layers[size_t(l)];
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, hd = c_.head_dim, kvw = c_.n_head_kv * hd;
-  ORCHID_TRY(prefill_xn_gemms({{&L.q, P.qg, L.q.rows}, {&L.k, P.k, kvw}, {&L.v, P.v, kvw}}, T));
+  ORCHID_TRY(prefill_xn_gemms({{&L.q, P.qg, L.q.rows}, {&L.k, P.k, kvw}, {&L.v, P.v, kvw}}, xn, T));
   if (prof) prof->mark("attn qkv gemm", T * (gemm_flops(1, L.q) + 2 * gemm_flops(1, L.k)));
   AttnPrefillParams a;
   a.qg = P.qg, a.k = P.k, a.v = P.v, a.q_norm = L.q_norm, a.k_norm = L.k_norm;
@@ -194,17 +212,22 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, Profiler* pro
     ORCHID_TRY(launch_attention_prefill_naive(a, P.scores, stream_));
   }
   if (prof) prof->mark("attention", 4 * pairs * hd * c_.n_head);
-  ORCHID_TRY(prefill_gemm(L.o, P.mix, P.mix_lo, c_.n_head * hd, T, P.h, H, P.h));
+  auto mix = with_sums(P.mix, P.mix_lo, T, c_.n_head * hd, P.mix_sums);
+  if (!mix) return mix.error();
+  if (prof) prof->mark("group sums", 0);
+  ORCHID_TRY(prefill_gemm(L.o, *mix, c_.n_head * hd, T, P.h, H, P.h));
   if (prof) prof->mark("attn o gemm", gemm_flops(T, L.o));
   return {};
 }
 
-Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* prof) {
+Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, const Operand& xn,
+                                      Profiler* prof) {
   const DevLayer& L = dm_->layers[size_t(l)];
   PrefillScratch& P = *pf_;
   const int H = c_.n_embd, hv = c_.lin_n_head_v, vd = c_.lin_value_dim();
   ORCHID_TRY(prefill_xn_gemms(
-      {{&L.qkv, P.qkv, c_.lin_conv_dim()}, {&L.z, P.z, vd}, {&L.b, P.b, hv}, {&L.a, P.a, hv}}, T));
+      {{&L.qkv, P.qkv, c_.lin_conv_dim()}, {&L.z, P.z, vd}, {&L.b, P.b, hv}, {&L.a, P.a, hv}}, xn,
+      T));
   if (prof)
     prof->mark("gdn in gemm",
                gemm_flops(T, L.qkv) + gemm_flops(T, L.z) + gemm_flops(T, L.b) + gemm_flops(T, L.a));
@@ -235,7 +258,10 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, Profiler* pro
   // Per token and state element, decay + two products + update ≈ 8 FLOPs: the sequential scan's
   // work, counted the same for the chunked form so that the two rates compare as speeds.
   if (prof) prof->mark(chunked ? "gdn chunked" : "gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
-  ORCHID_TRY(prefill_gemm(L.out, P.mix, P.mix_lo, vd, T, P.h, H, P.h));
+  auto mix = with_sums(P.mix, P.mix_lo, T, vd, P.mix_sums);
+  if (!mix) return mix.error();
+  if (prof) prof->mark("group sums", 0);
+  ORCHID_TRY(prefill_gemm(L.out, *mix, vd, T, P.h, H, P.h));
   if (prof) prof->mark("gdn out gemm", gemm_flops(T, L.out));
   return {};
 }
@@ -252,14 +278,16 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo,
                                       stream_, tc ? &L.shared_gate : nullptr,
                                       tc ? P.logits + E : nullptr, n_logits));
+  auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums);
+  if (!xn) return xn.error();
   if (tc && sw_.split_router && L.router_halves.w && gemm_ws_enabled()) {
     // The q8 router as its q4 halves on the warp-specialised tiles, each pair of columns summed.
     GemmParams g;
-    g.w = L.router_halves, g.a = P.xn, g.a_lo = P.xn_lo, g.lda = H, g.m = T;
+    g.w = L.router_halves, g.a = P.xn, g.a_lo = P.xn_lo, g.a_sums = xn->sums, g.lda = H, g.m = T;
     g.c = P.logits, g.ldc = n_logits, g.pair_sum = true;
     ORCHID_TRY(launch_gemm(g, stream_));
   } else if (tc) {
-    ORCHID_TRY(prefill_gemm(L.router, P.xn, P.xn_lo, H, T, P.logits, n_logits, nullptr));
+    ORCHID_TRY(prefill_gemm(L.router, *xn, H, T, P.logits, n_logits, nullptr));
   } else {
     ORCHID_TRY(launch_router_logits_f32(P.h, L.post_norm, c_.rms_norm_eps, T, H, L.router,
                                         L.shared_gate, P.logits, stream_));
@@ -293,12 +321,15 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   if (prof) prof->mark("moe route+sort", 0);
   ExpertGateUpParams gu;
   gu.gate = L.gate, gu.up = L.up, gu.n_ff = c_.n_ff_exp, gu.x = P.xn, gu.x_lo = P.xn_lo, gu.r = &r;
-  gu.act = P.act, gu.act_lo = P.act_lo;
+  gu.x_sums = xn->sums, gu.act = P.act, gu.act_lo = P.act_lo;
   ORCHID_TRY(launch_expert_gate_up(gu, stream_));
   if (prof) prof->mark("expert gate/up", 2 * gemm_flops(pairs, L.gate) / stacked);
+  auto act = with_sums(P.act, P.act_lo, int(pairs), c_.n_ff_exp, P.act_sums);
+  if (!act) return act.error();
+  if (prof) prof->mark("group sums", 0);
   ExpertDownParams dn;
   dn.down = L.down, dn.n_embd = H, dn.n_ff = c_.n_ff_exp, dn.act = P.act, dn.act_lo = P.act_lo;
-  dn.r = &r;
+  dn.act_sums = act->sums, dn.r = &r;
   dn.slot_out = P.slot_out;
   ORCHID_TRY(launch_expert_down(dn, stream_));
   if (prof) prof->mark("expert down", gemm_flops(pairs, L.down) / stacked);
@@ -306,12 +337,13 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
     // The shared expert as dense GEMMs over every token, its rows into slot_out's shared slot.
     const int ff = c_.n_ff_shexp;
     float *g = P.sh_gu, *u = P.sh_gu + int64_t(T) * ff;
-    ORCHID_TRY(prefill_gemm(L.sh_gate, P.xn, P.xn_lo, H, T, g, ff, nullptr));
-    ORCHID_TRY(prefill_gemm(L.sh_up, P.xn, P.xn_lo, H, T, u, ff, nullptr));
+    ORCHID_TRY(prefill_gemm(L.sh_gate, *xn, H, T, g, ff, nullptr));
+    ORCHID_TRY(prefill_gemm(L.sh_up, *xn, H, T, u, ff, nullptr));
     ORCHID_TRY(launch_silu_mul_rows_f16(g, u, T, ff, P.sh_act, P.sh_act_lo, stream_));
+    auto sh_act = with_sums(P.sh_act, P.sh_act_lo, T, ff, P.sh_act_sums);
+    if (!sh_act) return sh_act.error();
     float* shared_slot = P.slot_out + int64_t(c_.n_expert_used) * H;
-    ORCHID_TRY(
-        prefill_gemm(L.sh_down, P.sh_act, P.sh_act_lo, ff, T, shared_slot, slots * H, nullptr));
+    ORCHID_TRY(prefill_gemm(L.sh_down, *sh_act, ff, T, shared_slot, slots * H, nullptr));
     ORCHID_TRY(launch_scale_rows_sigmoid(shared_slot, int64_t(slots) * H, T, H, P.logits + E, E + 1,
                                          stream_));
     if (prof)
@@ -362,11 +394,13 @@ Status CudaBackend::prefill_chunk(CudaState& st, int T, Profiler* prof) {
     const DevLayer& L = dm_->layers[size_t(l)];
     ORCHID_TRY(
         launch_rms_norm_rows_f16(P.h, L.attn_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
+    auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums);
+    if (!xn) return xn.error();
     if (prof) prof->mark("rms norm", 0);
     if (c_.layer_types[size_t(l)] == LayerKind::full_attention)
-      ORCHID_TRY(prefill_attention(st, l, T, prof));
+      ORCHID_TRY(prefill_attention(st, l, T, *xn, prof));
     else
-      ORCHID_TRY(prefill_delta_net(st, l, T, prof));
+      ORCHID_TRY(prefill_delta_net(st, l, T, *xn, prof));
     ORCHID_TRY(prefill_moe(L, T, prof));
   }
   return {};
@@ -389,11 +423,14 @@ Status CudaBackend::prefill_logits(int T, LogitsMode mode, float* host) {
   }
   ORCHID_TRY(
       launch_rms_norm_rows_f16(P.h, dm_->out_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
+  auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums);
+  if (!xn) return xn.error();
   for (int r0 = 0; r0 < T; r0 += PrefillScratch::kHeadRows) {
     const int n = std::min(PrefillScratch::kHeadRows, T - r0);
-    const int64_t off = int64_t(r0) * H;
-    ORCHID_TRY(prefill_gemm(dm_->lm_head, P.xn + off, P.xn_lo ? P.xn_lo + off : nullptr, H, n,
-                            P.head, int(V), nullptr));
+    const int64_t off = int64_t(r0) * H, sums_off = int64_t(r0) * 2 * group_sums_half(H);
+    const Operand a{P.xn + off, P.xn_lo ? P.xn_lo + off : nullptr,
+                    xn->sums ? xn->sums + sums_off : nullptr};
+    ORCHID_TRY(prefill_gemm(dm_->lm_head, a, H, n, P.head, int(V), nullptr));
     ORCHID_CUDA(cudaMemcpyAsync(host + int64_t(r0) * V, P.head, size_t(n * V) * 4,
                                 cudaMemcpyDeviceToHost, stream_));
   }
@@ -427,6 +464,9 @@ Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> toke
   set_gemm_persistent_enabled(sw_.gemm_persistent);
   set_gemm_tma_a_enabled(sw_.tma_a);
   set_gemm_group_enabled(sw_.gemm_group);
+  set_gemm_scaled_enabled(sw_.scaled_codes);
+  // The group sums pay only where the warp-specialised tiles read them.
+  pf_->sums_on = pf_->scaled && gemm_ws_enabled();
   for (int64_t c0 = 0; c0 < n; c0 += C) {
     const int T = int(std::min<int64_t>(C, n - c0));
     ORCHID_CUDA(cudaMemcpyAsync(pf_->tokens, tokens.data() + c0, size_t(T) * 4,

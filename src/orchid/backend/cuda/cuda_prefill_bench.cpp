@@ -6,6 +6,7 @@
 // buffers).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -117,6 +118,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"tma_a", base.tma_a},
                              {"split_router", base.split_router},
                              {"gemm_group", base.gemm_group},
+                             {"scaled_codes", base.scaled_codes},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
@@ -183,6 +185,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"split_router_off", [](cuda::Switches& s) { s.split_router = false; }},
         // The projections of one normed input a launch each instead of one grouped launch.
         {"gemm_group_off", [](cuda::Switches& s) { s.gemm_group = false; }},
+        // The warp-specialised tiles' integer codes and per-group fold instead of scaled codes.
+        {"scaled_codes_off", [](cuda::Switches& s) { s.scaled_codes = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},
@@ -198,6 +202,9 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"gdn_sequential", [](cuda::Switches& s) { s.gdn_chunked = 0; }},
         {"gdn_chunked", [](cuda::Switches& s) { s.gdn_chunked = 1; }}};
     for (const Variant& v : kVariants) {
+      if (!opts.variants.empty() &&
+          std::find(opts.variants.begin(), opts.variants.end(), v.name) == opts.variants.end())
+        continue;
       cuda::Switches s = base;
       v.set(s);
       be->switches() = s;

@@ -106,6 +106,7 @@ Expected<DevMatrix> upload_stack(DeviceArena& arena, const std::vector<const Qua
     }
     m.w = *w;
     m.sb = static_cast<const uint32_t*>(*sb);
+    ORCHID_TRY(set_scaled_code_exp(m, nullptr));
     return m;
   }
   m.fmt = DevFormat::bf16;
@@ -169,7 +170,7 @@ Status add_router_halves(DeviceArena& arena, DevLayer& L) {
   if (cudaError_t e = cudaStreamSynchronize(nullptr); e != cudaSuccess)
     return err("splitting the router: ", cudaGetErrorString(e));
   L.router_halves = DevMatrix{*w, *sb, 2 * r.rows, r.cols, r.cols / 32, 64, DevFormat::q4};
-  return {};
+  return set_scaled_code_exp(L.router_halves, nullptr);
 }
 
 namespace {

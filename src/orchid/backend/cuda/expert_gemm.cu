@@ -39,7 +39,10 @@ struct GateUpArgs {
   TileOrder order;
   int max_tiles;  // the routing's row tiles at most (the grid's)
   int shared;     // the stacked shared expert (every token, in order), or -1
-  ATmaMaps tma;   // x and x_lo, for the shared expert's tiles
+  ATmaMaps tma;   // x, x_lo and x_sums, for the shared expert's tiles
+  // Scaled codes: x's group sums [T, 2 · sums_lo] (launch_group_sums).
+  const uint16_t* x_sums;
+  int sums_lo;
 };
 
 struct DownArgs {
@@ -51,7 +54,10 @@ struct DownArgs {
   float* slot_out;  // [T, n_slot, n_embd]
   TileOrder order;
   int max_tiles;  // the routing's row tiles at most (the grid's)
-  ATmaMaps tma;   // act and act_lo a 128-row tile a copy, or none
+  ATmaMaps tma;   // act, act_lo and act_sums a 128-row tile a copy, or none
+  // Scaled codes: act's group sums [pairs, 2 · sums_lo] (launch_group_sums).
+  const uint16_t* act_sums;
+  int sums_lo;
 };
 
 // B row r of a block whose matrix rows start at `row0` (valid while r < n): unit pointer and
@@ -69,15 +75,15 @@ __device__ __forceinline__ void set_b(TileSrc<Cfg>& src, int q, const DevMatrix&
 // store(tile, col, acc) writes a tile's results.
 template <class Cfg, class SrcFn, class Store>
 __device__ __forceinline__ void run_tiles(char* smem, TileOrder order, int max_tiles, int col_tiles,
-                                          const int* n_tiles, int k, SrcFn&& tile_src,
-                                          Store&& store) {
+                                          const int* n_tiles, int k, int bias_steps,
+                                          SrcFn&& tile_src, Store&& store) {
   const int live = *n_tiles;
   if constexpr (Cfg::kWs) {
     const TileWork work{order.n_first, max_tiles, col_tiles};
     // Column tiles first: the items of live tiles come first, so the walk stops there.
     const int n_work = order.n_first ? live * col_tiles : max_tiles * col_tiles;
     ws_persistent<Cfg>(
-        smem, n_work, k, [&](int w) { return work.row(w) < live; },
+        smem, n_work, k, bias_steps, [&](int w) { return work.row(w) < live; },
         [&](int w, TileSrc<Cfg>& src) { tile_src(work.row(w), work.col(w), src); },
         [&](int w, const auto& acc) { store(work.row(w), work.col(w), acc); });
   } else {
@@ -112,17 +118,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
       const int r = Cfg::b_src_row(tid, q), n = n0 + r % (Cfg::BN / 2);
       const int64_t row = int64_t(e) * p.n_ff + n;
-      set_b(src, q, r < Cfg::BN / 2 ? p.gate : p.up, row, n < p.n_ff, sb_stride);
+      const DevMatrix& w = r < Cfg::BN / 2 ? p.gate : p.up;
+      set_b(src, q, w, row, n < p.n_ff, sb_stride);
+      if constexpr (Cfg::kScaled) src.b_scale[q] = ldexpf(1.f, w.code_exp);
+    }
+    if constexpr (Cfg::kScaled) {
+      const int r = Cfg::a_src_row(tid, 0);
+      src.s = r < rows ? p.x_sums + int64_t(p.t.pair_token[j0 + r]) * 2 * p.sums_lo : nullptr;
+      src.sums_lo = p.sums_lo;
     }
     // The shared expert's rows are consecutive tokens (the sort keeps token order): thread 0
     // copies its tiles whole. The routed experts' rows are gathered (cp.async a chunk).
     if (Cfg::kWs && p.tma.on && e == p.shared)
-      src.a_map = p.tma.map, src.a_row = tid == 0 ? p.t.pair_token[j0] : -1;
+      src.a_map = p.tma.map, src.s_map = p.tma.map + 2,
+      src.a_row = tid == 0 ? p.t.pair_token[j0] : -1;
   };
   // Fragment j (gate) pairs with j + NJ / 2 (up) at the same columns. A lane holds two columns
   // of a fragment; lanes 2m and 2m + 1 swap halves so that each stores four consecutive ones
   // (8 bytes; fragments j and j + 1 are 8 columns apart): the even lane fragment j's, the odd
   // one fragment j + 1's. Rows past the tile's end join the swaps but store nothing.
+  // The scaled codes' products carry gate's and up's 2^code_exp.
+  const float fg = Cfg::kScaled ? ldexpf(1.f, -p.gate.code_exp) : 1.f;
+  const float fu = Cfg::kScaled ? ldexpf(1.f, -p.up.code_exp) : 1.f;
   const auto store = [&](int tile, int col, const auto& acc) {
     const int j0 = p.t.begin[tile];
     const int rows = min(p.t.end[tile] - j0, Cfg::BM), n0 = col * (Cfg::BN / 2);
@@ -136,7 +153,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         for (int q = 0; q < 2; ++q) {
           const float* g = acc[i][j + q] + 2 * h;
           const float* u = acc[i][j + q + Cfg::NJ / 2] + 2 * h;
-          f16x2_split(silu(g[0]) * u[0], silu(g[1]) * u[1], hi[q], lo[q]);
+          f16x2_split(silu(fg * g[0]) * (fu * u[0]), silu(fg * g[1]) * (fu * u[1]), hi[q], lo[q]);
         }
         const uint32_t got_hi = __shfl_xor_sync(0xffffffffu, odd ? hi[0] : hi[1], 1);
         const uint32_t got_lo = __shfl_xor_sync(0xffffffffu, odd ? lo[0] : lo[1], 1);
@@ -152,7 +169,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     });
   };
   run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_ff + Cfg::BN / 2 - 1) / (Cfg::BN / 2),
-                 p.t.n_tiles, p.k, tile_src, store);
+                 p.t.n_tiles, p.k, p.sums_lo / kTileK, tile_src, store);
 }
 
 // Tile `tile`, output columns [128 · col, +128); A = the tile's act rows.
@@ -175,9 +192,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int q = 0; q < Cfg::kUnitsPerThread; ++q) {
       const int n = n0 + Cfg::b_src_row(tid, q);
       set_b(src, q, p.down, int64_t(e) * p.n_embd + n, n < p.n_embd, sb_stride);
+      if constexpr (Cfg::kScaled) src.b_scale[q] = ldexpf(1.f, p.down.code_exp);
+    }
+    if constexpr (Cfg::kScaled) {
+      const int r = Cfg::a_src_row(tid, 0);
+      src.s = r < rows ? p.act_sums + int64_t(j0 + r) * 2 * p.sums_lo : nullptr;
+      src.sums_lo = p.sums_lo;
     }
     // Thread 0 copies the tile's 128 act rows; those past its end are never stored.
-    if (Cfg::kWs && p.tma.on) src.a_map = p.tma.map, src.a_row = tid == 0 ? j0 : -1;
+    if (Cfg::kWs && p.tma.on)
+      src.a_map = p.tma.map, src.s_map = p.tma.map + 2, src.a_row = tid == 0 ? j0 : -1;
   };
   const auto store = [&](int tile, int col, const auto& acc) {
     const int j0 = p.t.begin[tile];
@@ -185,7 +209,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     Cfg::for_each_acc_row(tid, [&](int r, int i, int h, auto col0) {
       if (r >= rows) return;
       const int j = j0 + r;
-      const float w = p.t.pair_w[j];
+      // The scaled codes' products carry down's 2^code_exp.
+      const float w = p.t.pair_w[j] * (Cfg::kScaled ? ldexpf(1.f, -p.down.code_exp) : 1.f);
       float* out =
           p.slot_out + (int64_t(p.t.pair_token[j]) * p.n_slot + p.t.pair_slot[j]) * p.n_embd;
       // Column pairs as one 8-byte store (n_embd even, rows 8-byte aligned: launch_expert_down).
@@ -199,7 +224,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     });
   };
   run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_embd + Cfg::BN - 1) / Cfg::BN, p.t.n_tiles,
-                 p.n_ff, tile_src, store);
+                 p.n_ff, p.sums_lo / kTileK, tile_src, store);
 }
 
 // h[t, i] += Σ_s slot_out[t, s, i] in slot order; one thread per 4 columns of a row.
@@ -232,8 +257,9 @@ Status check_routing(const MoeRouting* r, const char* what) {
 // (E = 256, top-8 + shared, 2048 / 512, q4), gate/up ran at 241 TFLOP/s with 64-row tiles and
 // 296 with 128-row tiles (real pairs only, despite the emptier last tile per expert); down at 184
 // with either. 32- and 16-row tiles (few rows per expert): 4 warps of mma.sync, 32 (16) × 32.
-// The exact path's q4 128-row tiles in groups of 64 take the warp-specialised form when it is on
-// (gemm_ws_enabled).
+// q4 128-row tiles in groups of 64 take the warp-specialised form when it is on
+// (gemm_ws_enabled): the scaled codes when they are on and A's group sums are given (a.sums_lo >
+// 0), else the fold for the exact path.
 template <template <class> class Kernel, TileB B, bool GATED, bool EXACT, class Args>
 Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, const char* what) {
   auto go = [&](auto cfg) -> Status {
@@ -244,9 +270,12 @@ Status launch_rows(int tile_rows, dim3 grid, const Args& a, cudaStream_t s, cons
     Kernel<Cfg>::fn<<<g, Cfg::kThreads, Cfg::kSmem, s>>>(a);
     return last_launch(what);
   };
-  if constexpr (B == TileB::q4 && EXACT)
-    if (tile_rows == 128 && a.sb_shift == 1 && gemm_ws_enabled())
-      return go(TileCfg<B, 128, 8, 1, GATED, EXACT, true>{});
+  if constexpr (B == TileB::q4) {
+    const bool ws = tile_rows == 128 && a.sb_shift == 1 && gemm_ws_enabled();
+    if (ws && a.sums_lo > 0) return go(TileCfg<B, 128, 8, 1, GATED, EXACT, true, true>{});
+    if constexpr (EXACT)
+      if (ws) return go(TileCfg<B, 128, 8, 1, GATED, EXACT, true>{});
+  }
   if (tile_rows == 128) return go(TileCfg<B, 128, 8, 1, GATED, EXACT>{});
   if (tile_rows == 64) return go(TileCfg<B, 64, 4, 1, GATED, EXACT>{});
   if (tile_rows == 32) return go(TileCfg<B, 32, 1, 4, GATED, EXACT>{});
@@ -327,7 +356,9 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
                order,
                p.r->max_tiles,
                p.r->shared_stacked ? p.r->n_expert : -1};
-  ORCHID_TRY(encode_a_maps(a.tma, p.x, p.x_lo, p.r->T, g.cols, g.cols));
+  if (p.x_sums && gemm_scaled_enabled() && g.cols % 64 == 0)
+    a.x_sums = p.x_sums, a.sums_lo = group_sums_half(g.cols);
+  ORCHID_TRY(encode_a_maps(a.tma, p.x, p.x_lo, p.r->T, g.cols, g.cols, a.x_sums, 2 * a.sums_lo));
   const dim3 grid = order.grid(p.r->max_tiles, (p.n_ff + 63) / 64);
   return launch_format<GateUpKernel, true>(g.fmt, exact, p.r->tile_rows, grid, a, s,
                                            "expert gate/up");
@@ -354,8 +385,11 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   const TileOrder order{gemm_n_first_enabled()};
   DownArgs a{d,  p.n_embd,       p.n_ff,     *shift, p.r->top_k + 1, p.act,
              lo, tiles_of(*p.r), p.slot_out, order,  p.r->max_tiles};
+  if (p.act_sums && gemm_scaled_enabled() && p.n_ff % 64 == 0)
+    a.act_sums = p.act_sums, a.sums_lo = group_sums_half(p.n_ff);
   const int64_t pairs = int64_t(p.r->T) * (p.r->top_k + (p.r->shared_stacked ? 1 : 0));
-  ORCHID_TRY(encode_a_maps(a.tma, p.act, p.act_lo, pairs, p.n_ff, p.n_ff));
+  ORCHID_TRY(
+      encode_a_maps(a.tma, p.act, p.act_lo, pairs, p.n_ff, p.n_ff, a.act_sums, 2 * a.sums_lo));
   const dim3 grid = order.grid(p.r->max_tiles, (p.n_embd + 127) / 128);
   return launch_format<DownKernel, false>(d.fmt, exact, p.r->tile_rows, grid, a, s, "expert down");
 }

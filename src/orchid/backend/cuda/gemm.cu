@@ -23,15 +23,16 @@ std::atomic<bool> g_n_first{true};
 std::atomic<bool> g_persistent{true};
 std::atomic<bool> g_tma_a{true};
 std::atomic<bool> g_group{true};
+std::atomic<bool> g_scaled{true};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
   int64_t elems = 0;
 } g_scratch;
 
-// Products of one A (the same a, a_lo, lda, m) with up to kMaxGemmGroup matrices W_j: one launch
-// whose column tiles run through the products in turn (the warp-specialised tiles; the others
-// take a group of one).
+// Products of one A (the same a, a_lo, a_sums, lda, m) with up to kMaxGemmGroup matrices W_j: one
+// launch whose column tiles run through the products in turn (the warp-specialised tiles; the
+// others take a group of one).
 struct GemmGroup {
   GemmParams p[kMaxGemmGroup];
   int n = 0;
@@ -45,10 +46,11 @@ struct GemmGroup {
 
 // The block of row tile i and column tile j (TileOrder; the warp-specialised tiles: work item w
 // of TileWork, its column tile one of product g.which(j)'s) computes rows [BM · i, +BM) × columns
-// [128 · j, +128). Each W: [n, k] (fp16 rows of k / 8 units for TileB::f16).
+// [128 · j, +128). Each W: [n, k] (fp16 rows of k / 8 units for TileB::f16). Scaled codes: A's
+// group sums in rows of 2 · sums_lo elements (g.p[0].a_sums).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    kernel_gemm(const __grid_constant__ GemmGroup g, int k, int sb_shift, int64_t lo,
+    kernel_gemm(const __grid_constant__ GemmGroup g, int k, int sb_shift, int64_t lo, int sums_lo,
                 TileOrder order, const __grid_constant__ ATmaMaps tma) {
   extern __shared__ __align__(1024) char smem[];
   const int tid = threadIdx.x;
@@ -66,10 +68,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int r = n0 + Cfg::b_src_row(tid, q);
       src.b[q] = r < n ? static_cast<const uint4*>(p.w.w) + int64_t(r) * p.w.units : nullptr;
       src.sb[q] = Cfg::kHasSb && r < n ? p.w.sb + int64_t(r) * sb_stride : nullptr;
+      if constexpr (Cfg::kScaled) src.b_scale[q] = ldexpf(1.f, p.w.code_exp);
+    }
+    if constexpr (Cfg::kScaled) {
+      const int r = m0 + Cfg::a_src_row(tid, 0);
+      src.s = r < p.m ? p.a_sums + int64_t(r) * 2 * sums_lo : nullptr;
+      src.sums_lo = sums_lo;
     }
   };
+  // The scaled codes' products carry W's 2^code_exp.
   const auto store = [&](const GemmParams& p, int m0, int n0, const auto& acc) {
     const int n = p.w.rows;
+    const float f = Cfg::kScaled ? ldexpf(1.f, -p.w.code_exp) : 1.f;
     // A lane's two adjacent columns (even first) as one 8-byte access where c and add allow it.
     const bool pairs = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0 &&
                        reinterpret_cast<uintptr_t>(p.add) % 8 == 0;
@@ -81,7 +91,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
         for (int j = 0; j < Cfg::NJ; ++j) {
           const int col = n0 + col0(j);
-          if (col < n) c[col / 2] = acc[i][j][2 * h] + acc[i][j][2 * h + 1];
+          if (col < n) c[col / 2] = f * (acc[i][j][2 * h] + acc[i][j][2 * h + 1]);
         }
         return;
       }
@@ -89,7 +99,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
       for (int j = 0; j < Cfg::NJ; ++j) {
         const int col = n0 + col0(j);
-        float2 v = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        float2 v = make_float2(f * acc[i][j][2 * h], f * acc[i][j][2 * h + 1]);
         if (pairs && col + 1 < n) {
           if (add) {
             const float2 a = *reinterpret_cast<const float2*>(add + col);
@@ -106,12 +116,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if constexpr (Cfg::kWs) {
     const TileWork work{order.n_first, (g.p[0].m + Cfg::BM - 1) / Cfg::BM, g.tiles0[g.n]};
     ws_persistent<Cfg>(
-        smem, work.row_tiles * work.col_tiles, k, [](int) { return true; },
+        smem, work.row_tiles * work.col_tiles, k, sums_lo / kTileK, [](int) { return true; },
         [&](int w, TileSrc<Cfg>& src) {
           const int col = work.col(w), j = g.which(col);
           src_for(g.p[j], work.row(w) * Cfg::BM, (col - g.tiles0[j]) * Cfg::BN, src);
           if (tma.on)  // thread 0 copies the whole row tile
-            src.a_map = tma.map, src.a_row = tid == 0 ? work.row(w) * Cfg::BM : -1;
+            src.a_map = tma.map, src.s_map = tma.map + 2,
+            src.a_row = tid == 0 ? work.row(w) * Cfg::BM : -1;
         },
         [&](int w, const auto& acc) {
           const int col = work.col(w), j = g.which(col);
@@ -140,34 +151,57 @@ Status launch_tiles(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t 
   ORCHID_TRY(allow_smem(kernel_gemm<Cfg>, Cfg::kSmem, "gemm"));
   const TileOrder order{gemm_n_first_enabled()};
   const dim3 grid = order.grid((p.m + BM - 1) / BM, (p.w.rows + Cfg::BN - 1) / Cfg::BN);
-  kernel_gemm<Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(group_of(p), p.w.cols, sb_shift, lo,
+  kernel_gemm<Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(group_of(p), p.w.cols, sb_shift, lo, 0,
                                                            order, ATmaMaps{});
   return last_launch("gemm");
 }
 
-// The exact q4 path in groups of 64 on the warp-specialised tiles (gemm_ws.cuh).
+// q4 in groups of 64 on the warp-specialised tiles (gemm_ws.cuh): the exact path's fold, and the
+// scaled codes exact or not.
 using WsCfg = TileCfg<TileB::q4, 128, 8, 1, false, true, true>;
+template <bool EXACT>
+using WsScaledCfg = TileCfg<TileB::q4, 128, 8, 1, false, EXACT, true, true>;
 
-// g's products share A (g.p[0]'s a, a_lo, lda, m) and K.
-Status launch_ws(const GemmGroup& g, int64_t lo, cudaStream_t s) {
-  ORCHID_TRY(allow_smem(kernel_gemm<WsCfg>, WsCfg::kSmem, "gemm"));
+// g's products share A (g.p[0]'s a, a_lo, a_sums, lda, m) and K; their column tiles are counted
+// again in Cfg's width.
+template <class Cfg>
+Status launch_ws(GemmGroup g, int64_t lo, cudaStream_t s) {
+  ORCHID_TRY(allow_smem(kernel_gemm<Cfg>, Cfg::kSmem, "gemm"));
+  for (int j = 0; j < g.n; ++j)
+    g.tiles0[j + 1] = g.tiles0[j] + (g.p[j].w.rows + Cfg::BN - 1) / Cfg::BN;
   const GemmParams& p = g.p[0];
   const TileOrder order{gemm_n_first_enabled()};
-  const int64_t tiles = int64_t((p.m + WsCfg::BM - 1) / WsCfg::BM) * g.tiles0[g.n];
+  const int64_t tiles = int64_t((p.m + Cfg::BM - 1) / Cfg::BM) * g.tiles0[g.n];
+  const int sums_lo = Cfg::kScaled ? group_sums_half(p.w.cols) : 0;
   ATmaMaps tma;
-  ORCHID_TRY(encode_a_maps(tma, p.a, p.a_lo, p.m, p.w.cols, p.lda));
-  kernel_gemm<WsCfg>
-      <<<ws_grid(tiles), WsCfg::kThreads, WsCfg::kSmem, s>>>(g, p.w.cols, 1, lo, order, tma);
+  ORCHID_TRY(encode_a_maps(tma, p.a, p.a_lo, p.m, p.w.cols, p.lda,
+                           Cfg::kScaled ? p.a_sums : nullptr, 2 * sums_lo));
+  kernel_gemm<Cfg>
+      <<<ws_grid(tiles), Cfg::kThreads, Cfg::kSmem, s>>>(g, p.w.cols, 1, lo, sums_lo, order, tma);
   return last_launch("gemm");
+}
+
+// Whether the warp-specialised tiles take p (q4 in groups of 64, an sm_90a device): the scaled
+// codes where they are on and A's group sums come with it, else the fold for the exact path.
+bool ws_takes(const GemmParams& p, int sb_shift) {
+  if (p.w.fmt != DevFormat::q4 || sb_shift != 1 || !gemm_ws_enabled()) return false;
+  return (p.a_sums && gemm_scaled_enabled()) || p.a_lo;
+}
+// g's products all pass ws_takes (launch_gemm_group checks it).
+Status launch_ws_form(const GemmGroup& g, int64_t lo, cudaStream_t s) {
+  const GemmParams& p = g.p[0];
+  if (p.a_sums && gemm_scaled_enabled())
+    return p.a_lo ? launch_ws<WsScaledCfg<true>>(g, lo, s) : launch_ws<WsScaledCfg<false>>(g, 0, s);
+  return launch_ws<WsCfg>(g, lo, s);
 }
 
 // BM = 128 halves the dequantisation per product, once there are enough tiles to fill the GPU
 // twice over; smaller launches take 64-row tiles. The warp-specialised tiles (when on) take every
-// exact q4 launch in groups of 64 (sb_shift 1), whatever its rows.
+// q4 launch in groups of 64 (sb_shift 1) that ws_takes, whatever its rows.
 template <TileB B, bool EXACT>
 Status launch_format(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
-  if constexpr (B == TileB::q4 && EXACT)
-    if (sb_shift == 1 && gemm_ws_enabled()) return launch_ws(group_of(p), lo, s);
+  if constexpr (B == TileB::q4)
+    if (ws_takes(p, sb_shift)) return launch_ws_form(group_of(p), lo, s);
   const int64_t tiles128 = int64_t((p.m + 127) / 128) * ((p.w.rows + 127) / 128);
   if (tiles128 >= 2 * sm_count()) return launch_tiles<B, 128, EXACT>(p, sb_shift, lo, s);
   return launch_tiles<B, 64, EXACT>(p, sb_shift, lo, s);
@@ -295,6 +329,9 @@ Expected<int> check_gemm(const GemmParams& p) {
     if (reinterpret_cast<uintptr_t>(p.a_lo) % 16 != 0)
       return err("gemm: A_lo must be 16-byte aligned");
   }
+  if (p.a_sums && (reinterpret_cast<uintptr_t>(p.a_sums) % 16 != 0 || p.w.cols % 64 != 0))
+    return err("gemm: A's group sums must be 16-byte aligned, for K a multiple of 64 (K ", p.w.cols,
+               ")");
   return *shift;
 }
 
@@ -310,7 +347,7 @@ Status launch_gemm(const GemmParams& p, cudaStream_t s) {
   if (!shift) return shift.error();
   if (p.m == 0) return {};
   if (p.a_lo) return launch_fused<true>(p, *shift, lo_offset(p), s);
-  if (p.w.fmt == DevFormat::bf16 || gemm_fused_dequant_enabled())
+  if (p.w.fmt == DevFormat::bf16 || gemm_fused_dequant_enabled() || ws_takes(p, *shift))
     return launch_fused<false>(p, *shift, 0, s);
   // The ablation: W → fp16 scratch, then the fp16 tiles.
   uint16_t* buf = nullptr;
@@ -336,16 +373,23 @@ Status launch_gemm_group(std::span<const GemmParams> ps, cudaStream_t s) {
     auto shift = check_gemm(p);
     if (!shift) return shift.error();
     const GemmParams& p0 = ps[0];
-    if (p.a != p0.a || p.a_lo != p0.a_lo || p.lda != p0.lda || p.m != p0.m || p.w.cols != p0.w.cols)
-      return err("gemm group: the products must share A (a, a_lo, lda, m and K)");
-    // The warp-specialised tiles' form: exact q4 in groups of 64.
-    one_launch = one_launch && p.a_lo && p.w.fmt == DevFormat::q4 && *shift == 1;
+    if (p.a != p0.a || p.a_lo != p0.a_lo || p.a_sums != p0.a_sums || p.lda != p0.lda ||
+        p.m != p0.m || p.w.cols != p0.w.cols)
+      return err("gemm group: the products must share A (a, a_lo, a_sums, lda, m and K)");
+    one_launch = one_launch && ws_takes(p, *shift);
     g.p[g.n] = p, g.tiles0[g.n + 1] = g.tiles0[g.n] + (p.w.rows + 127) / 128, ++g.n;
   }
   if (ps[0].m == 0) return {};
-  if (one_launch) return launch_ws(g, lo_offset(ps[0]), s);
+  if (one_launch) return launch_ws_form(g, lo_offset(ps[0]), s);
   for (const GemmParams& p : ps) ORCHID_TRY(launch_gemm(p, s));
   return {};
+}
+
+bool gemm_scaled_enabled() {
+  return g_scaled.load(std::memory_order_relaxed);
+}
+void set_gemm_scaled_enabled(bool on) {
+  g_scaled.store(on, std::memory_order_relaxed);
 }
 
 bool gemm_group_enabled() {

@@ -59,15 +59,23 @@ constexpr int kTileRowB = 128;  // bytes per shared tile row: 64 fp16
 // each warp's fragments j < NJ / 2 pair with j + NJ / 2 (gate with up).
 // EXACT: the exact path (top of file); with q4 / q8 B the group fold (kFold) keeps a second set of
 // accumulators, the current group's partial sums.
-// WS: the warp-specialised form (gemm_ws.cuh; exact q4 in groups of 64, 128 × 128 tiles on
-// sm_90a): a producer warpgroup (threads [0, 128)) before the warps above, which only multiply.
-template <TileB B_, int BM_, int WARPS_M, int WARPS_N, bool GATED_, bool EXACT_, bool WS_ = false>
+// WS: the warp-specialised form (gemm_ws.cuh; q4 in groups of 64, 128 × 128 tiles on sm_90a): a
+// producer warpgroup (threads [0, 128)) before the warps above, which only multiply.
+// SCALED (warp-specialised only; gemm_ws.cuh's "scaled codes"): B tiles hold s·(q − 8), exact in
+// fp16, and the biases come in as extra k-steps against A's group sums, so that no group fold is
+// left; exact (two A passes) or not (A_hi alone).
+template <TileB B_, int BM_, int WARPS_M, int WARPS_N, bool GATED_, bool EXACT_, bool WS_ = false,
+          bool SCALED_ = false>
 struct TileCfg {
   static constexpr TileB B = B_;
   static constexpr bool kGated = GATED_, kDequant = B != TileB::f16, kExact = EXACT_;
-  static constexpr bool kHasSb = B == TileB::q4 || B == TileB::q8, kFold = kExact && kHasSb;
-  static constexpr bool kWs = WS_;
-  static constexpr int BM = BM_, BN = 128;
+  static constexpr bool kWs = WS_, kScaled = SCALED_;
+  static constexpr bool kHasSb = B == TileB::q4 || B == TileB::q8;
+  static constexpr bool kFold = kExact && kHasSb && !kScaled;
+  static constexpr int kPasses = kExact ? 2 : 1;  // A passes per k-step (hi, then lo)
+  // The scaled codes' tiles are 256 columns wide: one accumulator set (no fold) leaves the
+  // registers for it, and A's tile then serves twice the products.
+  static constexpr int BM = BM_, BN = kScaled ? 256 : 128;
   static constexpr int kWarpsM = WARPS_M, kWarpsN = WARPS_N;
   static constexpr int kProducerThreads = kWs ? 128 : 0;
   static constexpr int kMmaThreads = 32 * kWarpsM * kWarpsN;  // the warps that hold results
@@ -80,7 +88,7 @@ struct TileCfg {
   static constexpr int kUnits = BN * kUnitsPerRow;
   // Copies per thread (TileSrc): B units and 16-byte A chunks (per tile); warp-specialised, thread
   // t < BM names A's row t and B's row t (the producer copies from those).
-  static constexpr int kUnitsPerThread = kWs ? 1 : kUnits / kThreads;
+  static constexpr int kUnitsPerThread = kWs ? BN / 128 : kUnits / kThreads;
   static constexpr int kAPerThread = kWs ? 1 : BM * 8 / kThreads;
   // Stage: A tile (exact: A_hi, then A_lo) | raw B units (fp16: the swizzled B tile) | (scale,
   // bias) words. Every part is a multiple of 1024 bytes, so the tiles stay aligned to the 128-byte
@@ -106,23 +114,32 @@ struct TileCfg {
   static constexpr int kStages = smem_bytes(4) <= (228 - kMinBlocks) * 1024 / kMinBlocks ? 4 : 3;
 
   // The warp-specialised layout (gemm_ws.cuh), one block an SM: kWsStages stages of A_hi | A_lo |
-  // B's codes [BN + 8, 64] fp16 (8 rows of ones: A's row sums) | one (scale, bias) word per B row,
-  // padded to 1024 bytes (50 KB); a ring of kWsStages steps of raw B units (4 KB each); A's row
-  // pointers; a full and an empty mbarrier per stage. 217 KB.
-  static constexpr int kWsStages = 4;
-  static constexpr int kWsBRows = BN + 8;
+  // B [BN + 8, 64] fp16 (the fold: the codes, 8 rows of ones for A's row sums, then one (scale,
+  // bias) word per B row, padded to 1024 bytes: 50 KB, four stages; scaled: s·(q − 8) in 256
+  // rows, 64 KB, or 48 without A_lo, three stages); a ring of kWsStages steps of raw B units (4 KB
+  // each, scaled 8 KB + the step's (scale, bias) word per row); A's row pointers (scaled: and its
+  // group sums' rows), two tables each; a full and an empty mbarrier per stage. 217 KB (scaled
+  // exact: 223 KB).
+  static constexpr int kWsStages = kScaled ? 3 : 4;
+  static constexpr int kWsBRows = kScaled ? BN : BN + 8;
   static constexpr int kWsB = kABytes, kWsSb = kWsB + kWsBRows * kTileRowB;
-  static constexpr int kWsStageBytes = (kWsSb + BN * 4 + 1023) / 1024 * 1024;
-  static constexpr int kWsRaw = kWsStages * kWsStageBytes, kWsRows = kWsRaw + kWsStages * kRawBytes;
-  static constexpr int kWsBars = kWsRows + 2 * BM * 8, kWsSmem = kWsBars + 2 * kWsStages * 8;
+  static constexpr int kWsStageBytes = (kWsSb + (kScaled ? 0 : BN * 4) + 1023) / 1024 * 1024;
+  static constexpr int kWsRawSlot = kRawBytes + (kScaled ? BN * 4 : 0);
+  static constexpr int kWsRaw = kWsStages * kWsStageBytes,
+                       kWsRows = kWsRaw + kWsStages * kWsRawSlot;
+  static constexpr int kWsRowTables = kScaled ? 4 : 2;
+  static constexpr int kWsBars = kWsRows + kWsRowTables * BM * 8,
+                       kWsSmem = kWsBars + 2 * kWsStages * 8;
 
   static constexpr int kSmem = kWs ? kWsSmem : smem_bytes(kStages);
 
   static_assert(kWs || (BM % (16 * kWarpsM) == 0 && kAPerThread >= 1 && BM * 8 % kThreads == 0));
   static_assert(kWs || (kUnits % kThreads == 0 && kUnitsPerThread >= 1));
   static_assert(kStageBytes % 1024 == 0 && kBhBytes % 1024 == 0);
-  static_assert(!kWs || (B == TileB::q4 && kExact && BM == 128 && kWarpsM == 8 && kWarpsN == 1),
-                "the warp-specialised tiles are the exact q4 path's 128 × 128 ones");
+  static_assert(!kWs || (B == TileB::q4 && (kExact || kScaled) && BM == 128 && kWarpsM == 8 &&
+                         kWarpsN == 1),
+                "the warp-specialised tiles are q4 128 × 128 ones (exact, or scaled)");
+  static_assert(!kScaled || kWs, "scaled codes are a form of the warp-specialised tiles");
   static_assert(kSmem <= 227 * 1024, "more shared memory than a block may have");
   static_assert(!kGated || NJ % 4 == 0, "gate and up need whole ldmatrix.x4 pairs each");
   static_assert(!kExact || kDequant, "the exact path reads the raw weights, not an fp16 copy");
@@ -138,7 +155,7 @@ struct TileCfg {
     return kWs ? tid : (tid + p * kThreads) >> 3;
   }
   __device__ static constexpr int b_src_row(int tid, int p) {
-    return kWs ? tid : (tid + p * kThreads) / kUnitsPerRow;
+    return kWs ? tid + 128 * p : (tid + p * kThreads) / kUnitsPerRow;
   }
   // The accumulators a thread holds after the main loop: calls row_fn(r, i, h, c) for each of its
   // tile rows r (acc[i][j][2h], acc[i][j][2h + 1] for every fragment j), with c(j) the tile column
@@ -203,6 +220,13 @@ struct TileSrc {
   // one thread copies it from row a_row on, the others have a_row < 0.
   const CUtensorMap* a_map = nullptr;
   int a_row = -1;
+  // Scaled warp-specialised tiles (gemm_ws.cuh): thread t's row of A's group sums
+  // (launch_group_sums; null: masked), whose lo block starts sums_lo elements on (sums_lo / 64
+  // bias k-steps follow A's); with the copy engine, the sums' map (its boxes the whole tile too).
+  const uint16_t* s = nullptr;
+  int sums_lo = 0;
+  const CUtensorMap* s_map = nullptr;
+  float b_scale[Cfg::kUnitsPerThread] = {};  // 2^code_exp of B row b_src_row(t, p)'s matrix
 };
 
 // ---- PTX wrappers ------------------------------------------------------------------------------
@@ -248,27 +272,30 @@ __device__ __forceinline__ uint32_t code_pair(uint32_t h, __half2 s, __half2 b) 
   return h2_bits(SCALED ? __hfma2(q, s, b) : q);
 }
 
+// Elements 8i + 2p and 8i + 2p + 1 of a q4 unit (word w = its word i, hi = w >> 4) as the fp16
+// pair (1024 + q0, 1024 + q1): byte p of w holds them in its two nibbles, byte p of hi has the
+// second in its low nibble; a byte permute puts the two in the halves' low bytes and a mask + OR
+// makes them 0x6400 | q.
+__device__ __forceinline__ uint32_t q4_biased_pair(uint32_t w, uint32_t hi, int p) {
+  const uint32_t sel =
+      uint32_t(p) | uint32_t(p) << 4 | uint32_t(4 + p) << 8 | uint32_t(4 + p) << 12;
+  return (__byte_perm(w, hi, sel) & 0x000f000fu) | 0x64006400u;
+}
+
 // One unit's elements as fp16: q4 / q8 dequantised (SCALED) or their codes; bf16 converted.
 template <TileB B, bool SCALED>
 __device__ __forceinline__ void dequant_unit(uint4 raw, uint32_t sb,
                                              uint4 (&out)[tile_unit_elems(B) / 8]) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
   if constexpr (B == TileB::q4) {
-    // Word i holds elements 8i … 8i + 7 (nibble j = element 8i + j) = chunk i. Byte p of w
-    // holds elements 2p (low nibble) and 2p + 1; byte p of w >> 4 has the latter in its low
-    // nibble; a byte permute puts the two in the halves' low bytes and a mask + OR makes them
-    // 0x6400 | q.
+    // Word i holds elements 8i … 8i + 7 (nibble j = element 8i + j) = chunk i.
     const __half2 s = __float2half2_rn(bf16_lo(sb)), b = __float2half2_rn(bf16_hi(sb));
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t hi = w[i] >> 4;
       uint32_t o[4];
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const uint32_t sel =
-            uint32_t(p) | uint32_t(p) << 4 | uint32_t(4 + p) << 8 | uint32_t(4 + p) << 12;
-        o[p] = code_pair<SCALED>((__byte_perm(w[i], hi, sel) & 0x000f000fu) | 0x64006400u, s, b);
-      }
+      for (int p = 0; p < 4; ++p) o[p] = code_pair<SCALED>(q4_biased_pair(w[i], hi, p), s, b);
       out[i] = make_uint4(o[0], o[1], o[2], o[3]);
     }
   } else if constexpr (B == TileB::q8) {

@@ -32,6 +32,8 @@ struct DevMatrix {
   int units = 0;  // 16-byte units per row: ceil(cols / unit_elems)
   int group = 0;  // q4/q8: elements per (scale, bias); a multiple of unit_elems
   DevFormat fmt = DevFormat::bf16;
+  // q4: the scaled-code GEMMs' power of two (set_scaled_code_exp; prefill_kernels.h), 0 unset.
+  int code_exp = 0;
 };
 
 // ---- GEMV: y = W · x̂ for up to kMaxGemvTasks matrices that share the input x --------------

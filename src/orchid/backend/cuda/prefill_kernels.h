@@ -25,6 +25,9 @@ struct GemmParams {
   // [M, lda] fp16 x − a (16-byte aligned): set, the exact path (q4 / q8 groups of 32 or more;
   // the dequantisation ablation does not apply), null the fp16 one.
   const uint16_t* a_lo = nullptr;
+  // [M, 2 · group_sums_half(K)] A's group sums (launch_group_sums of a and a_lo), or null: with
+  // them the q4 GEMMs in groups of 64 take the scaled codes (gemm_scaled_enabled).
+  const uint16_t* a_sums = nullptr;
   int lda = 0;                 // elements; a multiple of 8
   int m = 0;                   // rows (tokens)
   float* c = nullptr;          // [M, ldc] fp32
@@ -35,10 +38,11 @@ struct GemmParams {
   bool pair_sum = false;
 };
 Status launch_gemm(const GemmParams& p, cudaStream_t s);
-// The products of one A (the same a, a_lo, lda, m and K) with up to kMaxGemmGroup matrices: one
-// launch of the warp-specialised tiles walking all their tiles when every one is exact q4 in
-// groups of 64 and gemm_group_enabled() (no product's small column count or last wave idles the
-// GPU alone); otherwise launch_gemm for each in turn.
+// The products of one A (the same a, a_lo, a_sums, lda, m and K) with up to kMaxGemmGroup
+// matrices: one launch of the warp-specialised tiles walking all their tiles when every one is q4
+// in groups of 64 that those tiles take (exact, or with A's sums) and gemm_group_enabled() (no
+// product's small column count or last wave idles the GPU alone); otherwise launch_gemm for each
+// in turn.
 constexpr int kMaxGemmGroup = 4;
 Status launch_gemm_group(std::span<const GemmParams> ps, cudaStream_t s);
 // Whether launch_gemm_group runs its products in one launch (default) or one launch each (the
@@ -62,6 +66,28 @@ void set_gemm_fused_dequant_enabled(bool on);
 // sm_90a device (else the switch has no effect). Process-wide, default off; the backend sets it.
 bool gemm_ws_enabled();
 void set_gemm_ws_enabled(bool on);
+// Whether the warp-specialised tiles take q4 weights as the fp16 values s·(q − 8) with the biases
+// as extra k-steps against A's group sums (gemm_ws.cuh's scaled codes: no per-group fold) where
+// a launch brings the sums, instead of the integer codes and the fold. Process-wide, default on;
+// the backend sets it.
+bool gemm_scaled_enabled();
+void set_gemm_scaled_enabled(bool on);
+// The scaled codes' power of two E for a q4 matrix whose largest max(8|s|, |b + 8s|) over its
+// groups is `magnitude`: the largest E (within ±30) with 64 · magnitude · 2^E ≤ 65,504, so that
+// the bias columns fit fp16; then s·(q − 8)·2^E is exact for every s ≥ 2^(-17-E). 0 for none.
+int scaled_code_exp(float magnitude);
+// m.code_exp from m's (scale, bias) words (q4; other formats: 0), read back synchronously.
+Status set_scaled_code_exp(DevMatrix& m, cudaStream_t s);
+// The group sums of an fp16 operand A [rows, k] (k a multiple of 64; G = k / 64 groups) for the
+// scaled codes: each row of `sums` is two blocks of group_sums_half(k) fp16 values, hi =
+// [R_hi(0 … G−1) | R_hi(0 … G−1) | 0 …] and lo = [R_lo(0 … G−1) | 0 …], where R_g = Σ_{k∈g} (hi +
+// lo) / 64 in fp32 (lo may be null: hi alone) and R_hi = fp16(R_g), R_lo = fp16(R_g − R_hi). Read
+// against a B row [b'_hi(g) | b'_lo(g)] the two passes add Σ_g R_g · b'_g to within 2^-22.
+constexpr int group_sums_half(int k) {
+  return (2 * (k / 64) + 63) / 64 * 64;
+}
+Status launch_group_sums(const uint16_t* hi, const uint16_t* lo, int rows, int k, int lda,
+                         uint16_t* sums, cudaStream_t s);
 // Whether the tile GEMMs (dense and experts) order their blocks column tiles first, so that the
 // blocks in flight share A's rows and W stays in L2 (gemm_tile.cuh's TileOrder), instead of row
 // tiles first. Process-wide, default on; the backend sets it.
@@ -146,17 +172,19 @@ Status launch_moe_route_sort(const MoeRouting& r, cudaStream_t s);
 struct ExpertGateUpParams {
   DevMatrix gate, up;  // stacked [(n_expert + 1) · n_ff, K]
   int n_ff = 0;
-  const uint16_t* x = nullptr;     // [T, K] fp16 normed hidden
-  const uint16_t* x_lo = nullptr;  // [T, K] fp16 remainder, or null
-  const MoeRouting* r = nullptr;   // host copy of the routing's pointers
-  uint16_t* act = nullptr;         // [pairs, n_ff] fp16 silu(gate) ⊙ up per sorted pair
-  uint16_t* act_lo = nullptr;      // [pairs, n_ff] its remainder, or null
+  const uint16_t* x = nullptr;       // [T, K] fp16 normed hidden
+  const uint16_t* x_lo = nullptr;    // [T, K] fp16 remainder, or null
+  const uint16_t* x_sums = nullptr;  // [T, 2 · group_sums_half(K)] x's group sums, or null
+  const MoeRouting* r = nullptr;     // host copy of the routing's pointers
+  uint16_t* act = nullptr;           // [pairs, n_ff] fp16 silu(gate) ⊙ up per sorted pair
+  uint16_t* act_lo = nullptr;        // [pairs, n_ff] its remainder, or null
 };
 struct ExpertDownParams {
   DevMatrix down;  // stacked [(n_expert + 1) · n_embd, n_ff]
   int n_embd = 0, n_ff = 0;
-  const uint16_t* act = nullptr;     // [pairs, n_ff]
-  const uint16_t* act_lo = nullptr;  // [pairs, n_ff] remainder, or null
+  const uint16_t* act = nullptr;       // [pairs, n_ff]
+  const uint16_t* act_lo = nullptr;    // [pairs, n_ff] remainder, or null
+  const uint16_t* act_sums = nullptr;  // [pairs, 2 · group_sums_half(n_ff)] act's sums, or null
   const MoeRouting* r = nullptr;
   float* slot_out = nullptr;  // [T, top_k + 1, n_embd]: w · down(act) of each (token, slot)
 };

@@ -1,6 +1,7 @@
 // Row-wise prefill kernels: the embedding rows of a chunk's tokens, the RMSNorm of every row into
-// the fp16 operand the GEMMs read (and its remainder, for the exact path), and the elementwise
-// steps of a shared expert kept apart from the stacked ones.
+// the fp16 operand the GEMMs read (and its remainder, for the exact path), the operands' group
+// sums (the scaled-code GEMMs' bias steps), and the elementwise steps of a shared expert kept
+// apart from the stacked ones.
 #include "orchid/backend/cuda/device_common.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
@@ -49,6 +50,45 @@ __global__ void kernel_silu_mul_rows_f16(const float* gate, const float* up, int
   store_f16_split(g / (1.f + expf(-g)) * up[i], act, act_lo, i);
 }
 
+// Eight threads a (row, group): each sums 8 of the group's 64 elements (hi + lo), the eight
+// reduce by shuffles; the first writes R_hi twice and R_lo, the others the zeros around them
+// (launch_group_sums' layout: row blocks hi and lo of `half` values each).
+__global__ void kernel_group_sums(const uint16_t* hi, const uint16_t* lo, int64_t n_threads,
+                                  int groups, int lda, int half, uint16_t* sums) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n_threads) return;  // whole groups of 8 lanes leave
+  const int p = int(i & 7), g = int(i / 8 % groups);
+  const int64_t row = i / 8 / groups, at = row * lda + 64 * g + 8 * p;
+  const uint4 h = *reinterpret_cast<const uint4*>(hi + at);
+  const uint4 l = lo ? *reinterpret_cast<const uint4*>(lo + at) : make_uint4(0, 0, 0, 0);
+  const uint32_t hw[4] = {h.x, h.y, h.z, h.w}, lw[4] = {l.x, l.y, l.z, l.w};
+  float sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&hw[w]));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&lw[w]));
+    sum += (a.x + b.x) + (a.y + b.y);
+  }
+  const unsigned eight =
+      0xffu << (threadIdx.x & 24);  // this group's lanes (the others may be gone)
+  sum += __shfl_xor_sync(eight, sum, 1);
+  sum += __shfl_xor_sync(eight, sum, 2);
+  sum += __shfl_xor_sync(eight, sum, 4);
+  uint16_t* const sh = sums + row * 2 * half;  // the hi block, then the lo block
+  uint16_t* const sl = sh + half;
+  if (p == 0) {
+    const float r = f16_saturate(sum * (1.f / 64));
+    const __half rh = __float2half_rn(r);
+    sh[g] = sh[groups + g] = __half_as_ushort(rh);
+    sl[g] = __half_as_ushort(__float2half_rn(r - __half2float(rh)));
+  } else if (p == 1) {
+    sl[groups + g] = 0;
+  } else {
+    for (int c = 6 * g + p - 2; c < half - 2 * groups; c += 6 * groups)
+      sh[2 * groups + c] = sl[2 * groups + c] = 0;
+  }
+}
+
 // y[t, c] *= sigmoid(logit[t · ld]) (the shared expert's gate), y rows ldy apart.
 __global__ void kernel_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, const float* logit,
                                           int ld) {
@@ -67,6 +107,20 @@ Status launch_silu_mul_rows_f16(const float* gate, const float* up, int T, int n
   kernel_silu_mul_rows_f16<<<unsigned((n_all + kThreads - 1) / kThreads), kThreads, 0, s>>>(
       gate, up, n_all, act, act_lo);
   return last_launch("silu*mul rows");
+}
+
+Status launch_group_sums(const uint16_t* hi, const uint16_t* lo, int rows, int k, int lda,
+                         uint16_t* sums, cudaStream_t s) {
+  if (rows < 0 || k < 64 || k % 64 != 0 || lda < k || lda % 8 != 0)
+    return err("group sums: ", rows, " rows of ", k, " columns (a multiple of 64; lda ", lda, ")");
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!hi || !sums || !aligned(hi) || !aligned(lo) || !aligned(sums))
+    return err("group sums: hi and sums (and lo, if given) must be set and 16-byte aligned");
+  if (rows == 0) return {};
+  const int64_t n_threads = int64_t(rows) * (k / 64) * 8;
+  kernel_group_sums<<<unsigned((n_threads + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      hi, lo, n_threads, k / 64, lda, group_sums_half(k), sums);
+  return last_launch("group sums");
 }
 
 Status launch_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, const float* logit, int ld,

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "orchid/backend/cuda/device_model.h"
+#include "orchid/backend/cuda/prefill_kernels.h"
 
 namespace orchid::cuda {
 namespace {
@@ -28,6 +29,7 @@ class SynthMaker {
                                       std::sqrt(3.f / float(cols)), bits, next(), nullptr));
     m.w = *w;
     m.sb = static_cast<const uint32_t*>(*sb);
+    ORCHID_TRY(set_scaled_code_exp(m, nullptr));
     return m;
   }
 

@@ -56,11 +56,12 @@ Status encode_f16_row_map(CUtensorMap* map, const uint16_t* base, int64_t rows, 
 }
 
 Status encode_a_maps(ATmaMaps& m, const uint16_t* hi, const uint16_t* lo, int64_t rows,
-                     int64_t cols, int64_t ld) {
+                     int64_t cols, int64_t ld, const uint16_t* sums, int64_t sums_ld) {
   m.on = false;
-  if (!gemm_tma_a_enabled() || !tensor_maps_supported() || !lo || rows == 0) return {};
+  if (!gemm_tma_a_enabled() || !tensor_maps_supported() || rows == 0) return {};
   ORCHID_TRY(encode_f16_row_map(&m.map[0], hi, rows, cols, ld, kTmaATileRows));
-  ORCHID_TRY(encode_f16_row_map(&m.map[1], lo, rows, cols, ld, kTmaATileRows));
+  if (lo) ORCHID_TRY(encode_f16_row_map(&m.map[1], lo, rows, cols, ld, kTmaATileRows));
+  if (sums) ORCHID_TRY(encode_f16_row_map(&m.map[2], sums, rows, sums_ld, sums_ld, kTmaATileRows));
   m.on = true;
   return {};
 }

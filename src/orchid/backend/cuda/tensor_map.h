@@ -23,17 +23,18 @@ bool tensor_maps_supported();
 Status encode_f16_row_map(CUtensorMap* map, const uint16_t* base, int64_t rows, int64_t cols,
                           int64_t ld, int box_rows);
 
-// The exact GEMMs' A operand for the warp-specialised tiles' copy engine (a kernel parameter):
-// maps of A_hi and A_lo whose boxes are a whole 128-row tile (kTmaATileRows); off: A goes by
-// cp.async instead.
+// The GEMMs' A operand for the warp-specialised tiles' copy engine (a kernel parameter): maps of
+// A_hi, A_lo and A's group sums (the scaled codes' bias steps) whose boxes are a whole 128-row
+// tile (kTmaATileRows); off: A goes by cp.async instead.
 constexpr int kTmaATileRows = 128;
 struct ATmaMaps {
-  CUtensorMap map[2];
+  CUtensorMap map[3];  // A_hi, A_lo (exact path), sums (scaled codes)
   bool on = false;
 };
-// Maps of hi and lo [rows, cols] (ld elements between rows) when the copy engine takes A
-// (gemm_tma_a_enabled() and tensor_maps_supported()); otherwise m.on = false.
+// Maps of hi and lo (may be null) [rows, cols] (ld elements between rows) and of sums (may be
+// null) [rows, sums_ld] when the copy engine takes A (gemm_tma_a_enabled() and
+// tensor_maps_supported()); otherwise m.on = false.
 Status encode_a_maps(ATmaMaps& m, const uint16_t* hi, const uint16_t* lo, int64_t rows,
-                     int64_t cols, int64_t ld);
+                     int64_t cols, int64_t ld, const uint16_t* sums = nullptr, int64_t sums_ld = 0);
 
 }  // namespace orchid::cuda
