@@ -156,6 +156,32 @@ TEST_F(CudaPrefill, ChunkedLogitsMatchStepByStepWithoutAttention) {
   expect_chunked_matches_steps({9, 65});
 }
 
+// A chunk long enough for the scaled codes' 128 × 256 tiles to fill the GPU in every projection
+// (the prefill gives shorter launches no group sums: gemm_scaled_fills), one chunk of 2,304
+// tokens: its last position's logits against the fold's tiles (ORCHID_SCALED_CODES=0). Both are
+// exact to ~1e-6 a projection, so they agree far inside the paths' 1e-2 (a broken operand sum or
+// tile is off by ~1); 1e-3 leaves room for a rare near-tied route among the 2,304 tokens.
+TEST_F(CudaPrefill, LongChunkOnScaledCodesMatchesTheFold) {
+  std::mt19937_64 rng(test_seed(4));
+  const auto ids = random_ids(2304, be_->n_vocab(), rng);
+  cuda_->switches().prefill_chunk = 4096;
+  std::vector<float> got[2];
+  for (bool scaled : {true, false}) {
+    cuda_->switches().scaled_codes = scaled;
+    auto st = be_->new_state(int64_t(ids.size()) + 8);
+    ASSERT_TRUE(st.ok());
+    const Status s = be_->forward(**st, ids, LogitsMode::last, got[scaled ? 0 : 1]);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  cuda_->switches().scaled_codes = true;
+  const int64_t V = be_->n_vocab();
+  ASSERT_EQ(got[0].size(), size_t(V));
+  ASSERT_EQ(got[1].size(), size_t(V));
+  const double e = test::rel_l2(got[0].data(), got[1].data(), V);
+  std::printf("[ cuda prefill ] 2304 tokens, scaled codes against the fold: rel L2 %.2e\n", e);
+  EXPECT_LE(e, 1e-3);
+}
+
 // The state a chunked prefill leaves (KV rows, DeltaNet state and conv ring, position) serves a
 // decode step: its logits equal the last position's of one chunked prefill of the prompt and that
 // token (the same routing for the prompt, so within the paths' continuous 1e-2).

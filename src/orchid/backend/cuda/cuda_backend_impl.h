@@ -300,9 +300,12 @@ class CudaBackend final : public Backend {
   // The ORCHID_DEVICE_ROUTING=0 ablation: r's tables to the host and back, synchronously.
   Status round_trip_routing(const MoeRouting& r, int64_t pairs);
   // The group sums of [rows, k] operand (hi, lo) into out, when the scaled codes are on for this
-  // prefill and k is a multiple of 64; else nothing. The operand as the GEMMs take it.
+  // prefill, some GEMM of the operand will take them (`wanted`) and k is a multiple of 64; else
+  // nothing. The operand as the GEMMs take it.
   Expected<Operand> with_sums(const uint16_t* hi, const uint16_t* lo, int rows, int k,
-                              uint16_t* out);
+                              uint16_t* out, bool wanted = true);
+  // Rows per expert tile for a chunk of T tokens (ORCHID_PREFILL_TILE, else by the load).
+  int expert_tile_rows(int T) const;
   Status prefill_gemm(const DevMatrix& w, const Operand& a, int lda, int T, float* c, int ldc,
                       const float* add);
   // Products of xn (hi + lo, or hi alone) with several matrices: (w, c, ldc) each, no residual;

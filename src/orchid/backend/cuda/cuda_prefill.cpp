@@ -146,14 +146,15 @@ Status CudaBackend::ensure_prefill_scratch(int chunk) {
 }
 
 Expected<CudaBackend::Operand> CudaBackend::with_sums(const uint16_t* hi, const uint16_t* lo,
-                                                      int rows, int k, uint16_t* out) {
-  if (!pf_->sums_on || k % 64 != 0) return Operand{hi, lo, nullptr};
+                                                      int rows, int k, uint16_t* out, bool wanted) {
+  if (!pf_->sums_on || !wanted || k % 64 != 0) return Operand{hi, lo, nullptr};
   ORCHID_TRY(launch_group_sums(hi, lo, rows, k, k, out, stream_));
   return Operand{hi, lo, out};
 }
 
 Status CudaBackend::prefill_gemm(const DevMatrix& w, const Operand& a, int lda, int T, float* c,
                                  int ldc, const float* add) {
+  const bool sums = a.sums && gemm_scaled_fills(T, (w.rows + 255) / 256);  // else the fold
   if (!a.lo && !sw_.fused_dequant && w.fmt != DevFormat::bf16) {
     // The ablation's fp16 copy of the largest matrix it meets, grown on demand.
     ORCHID_TRY(grow(pf_->extra, pf_->dequant, pf_->dequant_elems, int64_t(w.rows) * w.cols,
@@ -161,7 +162,8 @@ Status CudaBackend::prefill_gemm(const DevMatrix& w, const Operand& a, int lda, 
     set_gemm_dequant_scratch(pf_->dequant, pf_->dequant_elems);
   }
   GemmParams g;
-  g.w = w, g.a = a.hi, g.a_lo = a.lo, g.a_sums = a.sums, g.lda = lda, g.m = T, g.c = c;
+  g.w = w, g.a = a.hi, g.a_lo = a.lo, g.a_sums = sums ? a.sums : nullptr, g.lda = lda, g.m = T;
+  g.c = c;
   g.ldc = ldc, g.add = add;
   return launch_gemm(g, stream_);
 }
@@ -174,11 +176,14 @@ Status CudaBackend::prefill_xn_gemms(std::initializer_list<XnProduct> products, 
       ORCHID_TRY(prefill_gemm(*x.w, xn, H, T, x.c, x.ldc, nullptr));
     return {};
   }
+  int64_t tiles256 = 0;
+  for (const XnProduct& x : products) tiles256 += (x.w->rows + 255) / 256;
+  const uint16_t* sums = gemm_scaled_fills(T, tiles256) ? xn.sums : nullptr;  // else the fold
   GemmParams g[kMaxGemmGroup];
   int n = 0;
   for (const XnProduct& x : products) {
     if (n == kMaxGemmGroup) return err("prefill: more than ", kMaxGemmGroup, " grouped products");
-    g[n].w = *x.w, g[n].a = xn.hi, g[n].a_lo = xn.lo, g[n].a_sums = xn.sums, g[n].lda = H;
+    g[n].w = *x.w, g[n].a = xn.hi, g[n].a_lo = xn.lo, g[n].a_sums = sums, g[n].lda = H;
     g[n].m = T, g[n].c = x.c, g[n].ldc = x.ldc, ++n;
   }
   return launch_gemm_group(std::span<const GemmParams>(g, size_t(n)), stream_);
@@ -212,7 +217,8 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, const Operand
     ORCHID_TRY(launch_attention_prefill_naive(a, P.scores, stream_));
   }
   if (prof) prof->mark("attention", 4 * pairs * hd * c_.n_head);
-  auto mix = with_sums(P.mix, P.mix_lo, T, c_.n_head * hd, P.mix_sums);
+  auto mix = with_sums(P.mix, P.mix_lo, T, c_.n_head * hd, P.mix_sums,
+                       gemm_scaled_fills(T, (L.o.rows + 255) / 256));
   if (!mix) return mix.error();
   if (prof) prof->mark("group sums", 0);
   ORCHID_TRY(prefill_gemm(L.o, *mix, c_.n_head * hd, T, P.h, H, P.h));
@@ -258,12 +264,30 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, const Operand
   // Per token and state element, decay + two products + update ≈ 8 FLOPs: the sequential scan's
   // work, counted the same for the chunked form so that the two rates compare as speeds.
   if (prof) prof->mark(chunked ? "gdn chunked" : "gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
-  auto mix = with_sums(P.mix, P.mix_lo, T, vd, P.mix_sums);
+  auto mix =
+      with_sums(P.mix, P.mix_lo, T, vd, P.mix_sums, gemm_scaled_fills(T, (L.out.rows + 255) / 256));
   if (!mix) return mix.error();
   if (prof) prof->mark("group sums", 0);
   ORCHID_TRY(prefill_gemm(L.out, *mix, vd, T, P.h, H, P.h));
   if (prof) prof->mark("gdn out gemm", gemm_flops(T, L.out));
   return {};
+}
+
+int CudaBackend::expert_tile_rows(int T) const {
+  // Rows per tile from the average routed rows per expert (the shared expert takes all T), by the
+  // measured ablations on the exact path (tok/s with 16 / 32 / 64 / 128-row tiles):
+  // cuda-prefill-2026-11-30-s7.json: 512 tokens (16 rows per expert) 9.7K / 10.4K / 9.1K / 6.4K,
+  // 8K in chunks of 4K (128) 14.8K / 17.7K / 19.6K / 18.9K; with the warp-specialised 128-row tiles
+  // (cuda-prefill-2026-11-30-s8-tiles.json) 128 rows won from 96 per expert (3K, 4K, 6K); with the
+  // scaled codes' 128 × 256 tiles (session 13, cuda-prefill-2026-12-02-s13-final.json) also at 2K
+  // (64 per expert): 22.1K / 24.0K (64 / 128 rows).
+  const int E = c_.n_expert, per_expert = T * c_.n_expert_used / std::max(E, 1);
+  const int t = sw_.prefill_tile;
+  return t == 16 || t == 32 || t == 64 || t == 128 ? t
+         : per_expert <= 4                         ? 16
+         : per_expert <= 16                        ? 32
+         : per_expert <= 32                        ? 64
+                                                   : 128;
 }
 
 Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
@@ -278,12 +302,17 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   ORCHID_TRY(launch_rms_norm_rows_f16(P.h, L.post_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo,
                                       stream_, tc ? &L.shared_gate : nullptr,
                                       tc ? P.logits + E : nullptr, n_logits));
-  auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums);
+  // The sums serve the 128-row expert tiles (warp-specialised) and a router launch that fills
+  // the GPU.
+  const int tile_rows = expert_tile_rows(T);
+  const bool router_sums = gemm_scaled_fills(T, (L.router_halves.rows + 255) / 256);
+  auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums, tile_rows == 128 || router_sums);
   if (!xn) return xn.error();
   if (tc && sw_.split_router && L.router_halves.w && gemm_ws_enabled()) {
     // The q8 router as its q4 halves on the warp-specialised tiles, each pair of columns summed.
     GemmParams g;
-    g.w = L.router_halves, g.a = P.xn, g.a_lo = P.xn_lo, g.a_sums = xn->sums, g.lda = H, g.m = T;
+    g.w = L.router_halves, g.a = P.xn, g.a_lo = P.xn_lo, g.lda = H, g.m = T;
+    g.a_sums = router_sums ? xn->sums : nullptr;
     g.c = P.logits, g.ldc = n_logits, g.pair_sum = true;
     ORCHID_TRY(launch_gemm(g, stream_));
   } else if (tc) {
@@ -298,20 +327,7 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   r.shared_stacked = !L.shared_apart;
   r.pair_token = P.pair_token, r.pair_slot = P.pair_slot, r.pair_w = P.pair_w;
   r.sel = P.sel, r.sel_w = P.sel_w, r.counts = P.counts, r.offsets = P.offsets;
-  // Rows per tile from the average routed rows per expert (the shared expert takes all T), by the
-  // measured ablation on the exact path (bench/results/cuda-prefill-2026-11-30-s7.json, tok/s with
-  // 16 / 32 / 64 / 128-row tiles): 512 tokens (16 rows per expert) 9.7K / 10.4K / 9.1K / 6.4K,
-  // 2K (64) 14.1K / 16.7K / 18.2K / 16.1K, 8K in chunks of 4K (128) 14.8K / 17.7K / 19.6K / 18.9K;
-  // with the warp-specialised 128-row tiles (session 8, cuda-prefill-2026-11-30-s8-tiles.json)
-  // 128 rows win from 96 per expert: 3K 21.4K / 21.8K (64 / 128 rows), 4K 22.3K / 22.9K, 6K
-  // 22.8K / 23.5K, while 2K keeps 64 (19.8K / 18.7K).
-  const int per_expert = T * c_.n_expert_used / std::max(E, 1);
-  const int t = sw_.prefill_tile;
-  r.tile_rows = t == 16 || t == 32 || t == 64 || t == 128 ? t
-                : per_expert <= 4                         ? 16
-                : per_expert <= 16                        ? 32
-                : per_expert <= 64                        ? 64
-                                                          : 128;
+  r.tile_rows = tile_rows;
   r.max_tiles = P.max_tiles, r.n_tiles = P.n_tiles;
   r.tile_expert = P.tile_expert, r.tile_begin = P.tile_begin, r.tile_end = P.tile_end;
   ORCHID_TRY(launch_moe_route_sort(r, stream_));
@@ -324,7 +340,7 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   gu.x_sums = xn->sums, gu.act = P.act, gu.act_lo = P.act_lo;
   ORCHID_TRY(launch_expert_gate_up(gu, stream_));
   if (prof) prof->mark("expert gate/up", 2 * gemm_flops(pairs, L.gate) / stacked);
-  auto act = with_sums(P.act, P.act_lo, int(pairs), c_.n_ff_exp, P.act_sums);
+  auto act = with_sums(P.act, P.act_lo, int(pairs), c_.n_ff_exp, P.act_sums, tile_rows == 128);
   if (!act) return act.error();
   if (prof) prof->mark("group sums", 0);
   ExpertDownParams dn;
@@ -394,10 +410,15 @@ Status CudaBackend::prefill_chunk(CudaState& st, int T, Profiler* prof) {
     const DevLayer& L = dm_->layers[size_t(l)];
     ORCHID_TRY(
         launch_rms_norm_rows_f16(P.h, L.attn_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
-    auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums);
+    // The sums serve the layer's in-projections where their tiles fill the GPU.
+    const bool attention = c_.layer_types[size_t(l)] == LayerKind::full_attention;
+    const auto tiles = [](const DevMatrix& w) { return int64_t(w.rows + 255) / 256; };
+    const int64_t tiles256 = attention ? tiles(L.q) + tiles(L.k) + tiles(L.v)
+                                       : tiles(L.qkv) + tiles(L.z) + tiles(L.b) + tiles(L.a);
+    auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums, gemm_scaled_fills(T, tiles256));
     if (!xn) return xn.error();
     if (prof) prof->mark("rms norm", 0);
-    if (c_.layer_types[size_t(l)] == LayerKind::full_attention)
+    if (attention)
       ORCHID_TRY(prefill_attention(st, l, T, *xn, prof));
     else
       ORCHID_TRY(prefill_delta_net(st, l, T, *xn, prof));

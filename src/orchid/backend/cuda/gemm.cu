@@ -181,18 +181,26 @@ Status launch_ws(GemmGroup g, int64_t lo, cudaStream_t s) {
   return last_launch("gemm");
 }
 
-// Whether the warp-specialised tiles take p (q4 in groups of 64, an sm_90a device): the scaled
-// codes where they are on and A's group sums come with it, else the fold for the exact path.
-bool ws_takes(const GemmParams& p, int sb_shift) {
-  if (p.w.fmt != DevFormat::q4 || sb_shift != 1 || !gemm_ws_enabled()) return false;
-  return (p.a_sums && gemm_scaled_enabled()) || p.a_lo;
-}
-// g's products all pass ws_takes (launch_gemm_group checks it).
-Status launch_ws_form(const GemmGroup& g, int64_t lo, cudaStream_t s) {
+// Which warp-specialised form takes g (its products q4 in groups of 64, sharing A; an sm_90a
+// device): the scaled codes where they are on and A's group sums come with it, else the fold for
+// the exact path, else none.
+enum class WsForm : uint8_t { none, fold, scaled };
+WsForm ws_form(const GemmGroup& g) {
+  if (!gemm_ws_enabled()) return WsForm::none;
+  for (int j = 0; j < g.n; ++j)
+    if (g.p[j].w.fmt != DevFormat::q4 || g.p[j].w.group != 64) return WsForm::none;
   const GemmParams& p = g.p[0];
-  if (p.a_sums && gemm_scaled_enabled())
-    return p.a_lo ? launch_ws<WsScaledCfg<true>>(g, lo, s) : launch_ws<WsScaledCfg<false>>(g, 0, s);
+  if (p.a_sums && gemm_scaled_enabled()) return WsForm::scaled;
+  return p.a_lo ? WsForm::fold : WsForm::none;
+}
+Status launch_ws_form(const GemmGroup& g, WsForm form, int64_t lo, cudaStream_t s) {
+  if (form == WsForm::scaled)
+    return g.p[0].a_lo ? launch_ws<WsScaledCfg<true>>(g, lo, s)
+                       : launch_ws<WsScaledCfg<false>>(g, 0, s);
   return launch_ws<WsCfg>(g, lo, s);
+}
+bool ws_takes(const GemmParams& p) {
+  return ws_form(group_of(p)) != WsForm::none;
 }
 
 // BM = 128 halves the dequantisation per product, once there are enough tiles to fill the GPU
@@ -201,7 +209,8 @@ Status launch_ws_form(const GemmGroup& g, int64_t lo, cudaStream_t s) {
 template <TileB B, bool EXACT>
 Status launch_format(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
   if constexpr (B == TileB::q4)
-    if (ws_takes(p, sb_shift)) return launch_ws_form(group_of(p), lo, s);
+    if (const WsForm f = ws_form(group_of(p)); sb_shift == 1 && f != WsForm::none)
+      return launch_ws_form(group_of(p), f, lo, s);
   const int64_t tiles128 = int64_t((p.m + 127) / 128) * ((p.w.rows + 127) / 128);
   if (tiles128 >= 2 * sm_count()) return launch_tiles<B, 128, EXACT>(p, sb_shift, lo, s);
   return launch_tiles<B, 64, EXACT>(p, sb_shift, lo, s);
@@ -347,7 +356,7 @@ Status launch_gemm(const GemmParams& p, cudaStream_t s) {
   if (!shift) return shift.error();
   if (p.m == 0) return {};
   if (p.a_lo) return launch_fused<true>(p, *shift, lo_offset(p), s);
-  if (p.w.fmt == DevFormat::bf16 || gemm_fused_dequant_enabled() || ws_takes(p, *shift))
+  if (p.w.fmt == DevFormat::bf16 || gemm_fused_dequant_enabled() || ws_takes(p))
     return launch_fused<false>(p, *shift, 0, s);
   // The ablation: W → fp16 scratch, then the fp16 tiles.
   uint16_t* buf = nullptr;
@@ -376,13 +385,18 @@ Status launch_gemm_group(std::span<const GemmParams> ps, cudaStream_t s) {
     if (p.a != p0.a || p.a_lo != p0.a_lo || p.a_sums != p0.a_sums || p.lda != p0.lda ||
         p.m != p0.m || p.w.cols != p0.w.cols)
       return err("gemm group: the products must share A (a, a_lo, a_sums, lda, m and K)");
-    one_launch = one_launch && ws_takes(p, *shift);
+    one_launch = one_launch && *shift == 1;
     g.p[g.n] = p, g.tiles0[g.n + 1] = g.tiles0[g.n] + (p.w.rows + 127) / 128, ++g.n;
   }
   if (ps[0].m == 0) return {};
-  if (one_launch) return launch_ws_form(g, lo_offset(ps[0]), s);
+  if (const WsForm f = one_launch ? ws_form(g) : WsForm::none; f != WsForm::none)
+    return launch_ws_form(g, f, lo_offset(ps[0]), s);
   for (const GemmParams& p : ps) ORCHID_TRY(launch_gemm(p, s));
   return {};
+}
+
+bool gemm_scaled_fills(int64_t m, int64_t tiles256) {
+  return (m + 127) / 128 * tiles256 >= sm_count();
 }
 
 bool gemm_scaled_enabled() {

@@ -72,6 +72,11 @@ void set_gemm_ws_enabled(bool on);
 // the backend sets it.
 bool gemm_scaled_enabled();
 void set_gemm_scaled_enabled(bool on);
+// Whether a launch of m rows whose products have tiles256 column tiles of 256 in all fills the GPU
+// on the scaled codes' 128 × 256 tiles (a tile an SM at least). The prefill gives smaller
+// launches no group sums, so they keep the fold's 128 × 128 tiles, twice as many (H200, 512
+// tokens: the out-projections' 32 scaled tiles ran at 55 TFLOP/s).
+bool gemm_scaled_fills(int64_t m, int64_t tiles256);
 // The scaled codes' power of two E for a q4 matrix whose largest max(8|s|, |b + 8s|) over its
 // groups is `magnitude`: the largest E (within ±30) with 64 · magnitude · 2^E ≤ 65,504, so that
 // the bias columns fit fp16; then s·(q − 8)·2^E is exact for every s ≥ 2^(-17-E). 0 for none.
