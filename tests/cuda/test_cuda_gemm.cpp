@@ -559,6 +559,50 @@ TEST(CudaGemmScaled, MatchesReference) {
   run_gemm({DevFormat::q4, 130, 320, 512, 64, 0, Add::separate, true, true, true, true});
 }
 
+// The cases above pass on the fold too; here the same launch with the sums, scaled codes on and
+// off: both within the exact bound of each other's sums (2 · 2^-20 of Σ|x|(|s·q| + |b|), via
+// run_gemm's bound on each), but not the same bits — the forms sum in different orders, so equal
+// outputs would mean the scaled tiles never ran.
+TEST(CudaGemmScaled, DiffersFromTheFoldInRoundingOnly) {
+  ORCHID_REQUIRE_GPU();
+  const WsMode ws(true);
+  if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int m = 300, n = 512, k = 1024;
+  const HostMatrix w = quantised(DevFormat::q4, n, k, 64, rng);
+  const DeviceMatrix dw(w);
+  const SplitRows a = random_split(m, k, k, rng);
+  DevBuf<uint16_t> da(a.hi), dlo(a.lo);
+  std::optional<DevBuf<uint16_t>> sums;
+  group_sums(sums, da.get(), dlo.get(), m, k, k);
+  std::vector<float> got[2];
+  for (bool scaled : {true, false}) {
+    const ScaledMode mode(scaled);
+    DevBuf<float> dc(size_t(m) * n);
+    cuda::GemmParams p;
+    p.w = dw.m, p.a = da.get(), p.a_lo = dlo.get(), p.a_sums = sums->get(), p.lda = k, p.m = m;
+    p.c = dc.get(), p.ldc = n;
+    const Status st = cuda::launch_gemm(p, nullptr);
+    ASSERT_TRUE(st.ok()) << st.message();
+    got[scaled ? 0 : 1] = dc.host();
+  }
+  const ExactWeights ew(w);
+  int differ = 0, bad = 0;
+  for (int r = 0; r < m; ++r)
+    for (int c = 0; c < n; ++c) {
+      const size_t i = size_t(r) * n + c;
+      const ExactDot d = exact_dot(&a.x[size_t(r) * k], ew, c, k);
+      const double tol = 2 * (exact_bound(d, false) + 0x1p-23 * std::fabs(d.v));
+      differ += got[0][i] != got[1][i];
+      if (!(std::fabs(double(got[0][i]) - got[1][i]) <= tol) && bad++ < 5)
+        ADD_FAILURE() << "row " << r << " col " << c << ": " << got[0][i] << " vs " << got[1][i];
+    }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(differ, 0) << "the scaled codes gave the fold's very bits";
+}
+
 // Both grid orders, persistent blocks (several tiles each: stages and barrier phases carry over,
 // bias steps included) or a block a tile, on the scaled codes.
 TEST(CudaGemmScaled, TileOrdersMatchReference) {

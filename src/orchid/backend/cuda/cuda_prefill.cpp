@@ -49,6 +49,11 @@ Status grow(DeviceArena& arena, T*& buf, int64_t& have, int64_t need, const char
   return {};
 }
 
+// Whether the scaled codes can take w (q4 in groups of 64): else its operand needs no sums.
+bool scaled_form(const DevMatrix& w) {
+  return w.fmt == DevFormat::q4 && w.group == 64;
+}
+
 }  // namespace
 
 bool CudaBackend::router_on_tensor_cores(const DevLayer& L) const {
@@ -279,14 +284,17 @@ int CudaBackend::expert_tile_rows(int T) const {
   // cuda-prefill-2026-11-30-s7.json: 512 tokens (16 rows per expert) 9.7K / 10.4K / 9.1K / 6.4K,
   // 8K in chunks of 4K (128) 14.8K / 17.7K / 19.6K / 18.9K; with the warp-specialised 128-row tiles
   // (cuda-prefill-2026-11-30-s8-tiles.json) 128 rows won from 96 per expert (3K, 4K, 6K); with the
-  // scaled codes' 128 × 256 tiles (session 13, cuda-prefill-2026-12-02-s13-final.json) also at 2K
-  // (64 per expert): 22.1K / 24.0K (64 / 128 rows).
+  // scaled codes' 128 × 256 tiles (session 13, cuda-prefill-2026-12-02-s13-full-ablations.json)
+  // also at 2K (64 per expert): 22.1K / 24.0K (64 / 128 rows).
   const int E = c_.n_expert, per_expert = T * c_.n_expert_used / std::max(E, 1);
+  // The 128-row tiles from 33 rows per expert on the scaled codes; the fold's and the fp16
+  // path's from 65 (their measurements above).
+  const bool scaled = pf_ && pf_->sums_on;
   const int t = sw_.prefill_tile;
   return t == 16 || t == 32 || t == 64 || t == 128 ? t
          : per_expert <= 4                         ? 16
          : per_expert <= 16                        ? 32
-         : per_expert <= 32                        ? 64
+         : per_expert <= (scaled ? 32 : 64)        ? 64
                                                    : 128;
 }
 
@@ -305,7 +313,8 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   // The sums serve the 128-row expert tiles (warp-specialised) and a router launch that fills
   // the GPU.
   const int tile_rows = expert_tile_rows(T);
-  const bool router_sums = gemm_scaled_fills(T, (L.router_halves.rows + 255) / 256);
+  const bool router_sums = tc && sw_.split_router && L.router_halves.w &&
+                           gemm_scaled_fills(T, (L.router_halves.rows + 255) / 256);
   auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums, tile_rows == 128 || router_sums);
   if (!xn) return xn.error();
   if (tc && sw_.split_router && L.router_halves.w && gemm_ws_enabled()) {
@@ -340,7 +349,8 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   gu.x_sums = xn->sums, gu.act = P.act, gu.act_lo = P.act_lo;
   ORCHID_TRY(launch_expert_gate_up(gu, stream_));
   if (prof) prof->mark("expert gate/up", 2 * gemm_flops(pairs, L.gate) / stacked);
-  auto act = with_sums(P.act, P.act_lo, int(pairs), c_.n_ff_exp, P.act_sums, tile_rows == 128);
+  auto act = with_sums(P.act, P.act_lo, int(pairs), c_.n_ff_exp, P.act_sums,
+                       tile_rows == 128 && scaled_form(L.down));
   if (!act) return act.error();
   if (prof) prof->mark("group sums", 0);
   ExpertDownParams dn;
@@ -356,7 +366,8 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
     ORCHID_TRY(prefill_gemm(L.sh_gate, *xn, H, T, g, ff, nullptr));
     ORCHID_TRY(prefill_gemm(L.sh_up, *xn, H, T, u, ff, nullptr));
     ORCHID_TRY(launch_silu_mul_rows_f16(g, u, T, ff, P.sh_act, P.sh_act_lo, stream_));
-    auto sh_act = with_sums(P.sh_act, P.sh_act_lo, T, ff, P.sh_act_sums);
+    auto sh_act = with_sums(P.sh_act, P.sh_act_lo, T, ff, P.sh_act_sums,
+                            gemm_scaled_fills(T, (L.sh_down.rows + 255) / 256));
     if (!sh_act) return sh_act.error();
     float* shared_slot = P.slot_out + int64_t(c_.n_expert_used) * H;
     ORCHID_TRY(prefill_gemm(L.sh_down, *sh_act, ff, T, shared_slot, slots * H, nullptr));
@@ -444,7 +455,7 @@ Status CudaBackend::prefill_logits(int T, LogitsMode mode, float* host) {
   }
   ORCHID_TRY(
       launch_rms_norm_rows_f16(P.h, dm_->out_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
-  auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums);
+  auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums, scaled_form(dm_->lm_head));
   if (!xn) return xn.error();
   for (int r0 = 0; r0 < T; r0 += PrefillScratch::kHeadRows) {
     const int n = std::min(PrefillScratch::kHeadRows, T - r0);

@@ -356,6 +356,8 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
                order,
                p.r->max_tiles,
                p.r->shared_stacked ? p.r->n_expert : -1};
+  if (reinterpret_cast<uintptr_t>(p.x_sums) % 16 != 0)
+    return err("expert gate/up: x's group sums must be 16-byte aligned");
   if (p.x_sums && gemm_scaled_enabled() && g.cols % 64 == 0)
     a.x_sums = p.x_sums, a.sums_lo = group_sums_half(g.cols);
   ORCHID_TRY(encode_a_maps(a.tma, p.x, p.x_lo, p.r->T, g.cols, g.cols, a.x_sums, 2 * a.sums_lo));
@@ -385,6 +387,8 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   const TileOrder order{gemm_n_first_enabled()};
   DownArgs a{d,  p.n_embd,       p.n_ff,     *shift, p.r->top_k + 1, p.act,
              lo, tiles_of(*p.r), p.slot_out, order,  p.r->max_tiles};
+  if (reinterpret_cast<uintptr_t>(p.act_sums) % 16 != 0)
+    return err("expert down: act's group sums must be 16-byte aligned");
   if (p.act_sums && gemm_scaled_enabled() && p.n_ff % 64 == 0)
     a.act_sums = p.act_sums, a.sums_lo = group_sums_half(p.n_ff);
   const int64_t pairs = int64_t(p.r->T) * (p.r->top_k + (p.r->shared_stacked ? 1 : 0));

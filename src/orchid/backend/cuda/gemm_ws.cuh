@@ -146,7 +146,8 @@ __device__ __forceinline__ uint4 bias_chunk(uint4 w0, uint4 w1, float f, bool lo
 
 // Column e of a bias step's B row (scaled codes) for a row of n_groups groups whose (scale,
 // bias) words start at sb (null: a masked row): e < n_groups the hi part of 64·(b + 8s) of group
-// e, then the lo parts, then zeros; fp16 bits. b + 8s is exact in fp32 (two bf16 values); 64·b'
+// e, then the lo parts, then zeros; fp16 bits. b + 8s is exact in fp32 (two bf16 values) unless
+// their exponents lie over 16 apart (then within 2^-24); 64·b'
 // saturates at fp16's ±65,504 (weights past ~1,000 are outside the form).
 __device__ __forceinline__ uint32_t bias_col(const uint32_t* sb, int e, int n_groups, float f) {
   if (!sb || e >= 2 * n_groups) return 0;
@@ -217,17 +218,17 @@ __device__ __forceinline__ void ws_produce(const TileSrc<Cfg>& src, const WsSmem
 }
 
 // The scaled-codes producer (ws_produce's schedule): k-steps [0, nk) multiply A (A_hi, and A_lo
-// when exact) by s·(q − 8); then src.sums_lo / 64 bias steps multiply A's group sums (their hi
-// block, and exact their lo block) by the bias columns (bias_col). Raw units and each step's
+// when exact) by s·(q − 8); then nb (= src.sums_lo / 64) bias steps multiply A's group sums (their
+// hi block, and exact their lo block) by the bias columns (bias_col). Raw units and each step's
 // (scale, bias) word travel D steps ahead in the ring; a bias step's words are read from the row
 // itself (the steps before just brought them into L1).
 template <class Cfg>
 __device__ __forceinline__ void ws_produce_scaled(const TileSrc<Cfg>& src, const WsSmem<Cfg>& sm,
-                                                  int t, int nk, int g0, int buf) {
+                                                  int t, int nk, int nb, int g0, int buf) {
   constexpr int S = Cfg::kWsStages, D = S - 1, P = Cfg::kPasses;
   constexpr int R = Cfg::kUnitsPerThread;  // B rows t + 128 p, p < R
   constexpr int kUnitBytes = Cfg::BN * 16;
-  const int ch = t & 7, nb = src.sums_lo / kTileK;
+  const int ch = t & 7;
   const auto copy_raw = [&](int ks) {
 #pragma unroll
     for (int p = 0; p < R; ++p) {
@@ -492,7 +493,7 @@ __device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, int
         if constexpr (Cfg::kScaled) sm.sum_rows(buf)[tid] = src.s;
         named_barrier_sync(1, Cfg::kProducerThreads);  // the item's row tables are complete
         if constexpr (Cfg::kScaled)
-          ws_produce_scaled<Cfg>(src, sm, tid, nk, g, buf);
+          ws_produce_scaled<Cfg>(src, sm, tid, nk, bias_steps, g, buf);
         else
           ws_produce<Cfg>(src, sm, tid, nk, g, buf);
         g += steps, ++item;

@@ -87,7 +87,8 @@ Status set_scaled_code_exp(DevMatrix& m, cudaStream_t s);
 // scaled codes: each row of `sums` is two blocks of group_sums_half(k) fp16 values, hi =
 // [R_hi(0 … G−1) | R_hi(0 … G−1) | 0 …] and lo = [R_lo(0 … G−1) | 0 …], where R_g = Σ_{k∈g} (hi +
 // lo) / 64 in fp32 (lo may be null: hi alone) and R_hi = fp16(R_g), R_lo = fp16(R_g − R_hi). Read
-// against a B row [b'_hi(g) | b'_lo(g)] the two passes add Σ_g R_g · b'_g to within 2^-22.
+// against a B row [b'_hi(g) | b'_lo(g)] the two passes add Σ_g R_g · b'_g to within
+// 2^-22 · |R_g| + 2^-25 (R_lo subnormal below 2^-3) of each term.
 constexpr int group_sums_half(int k) {
   return (2 * (k / 64) + 63) / 64 * 64;
 }

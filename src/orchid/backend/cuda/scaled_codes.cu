@@ -32,8 +32,9 @@ __global__ void kernel_code_magnitude(const uint32_t* sb, int64_t n, unsigned* o
 int scaled_code_exp(float magnitude) {
   if (!(magnitude > 0.f) || !std::isfinite(magnitude)) return 0;
   // 64 · magnitude · 2^E ≤ 65,504 (the bias columns' hi parts; R carries the 1/64).
-  const int e = int(std::floor(std::log2(65504.f / 64.f / magnitude)));
-  return std::clamp(e, -30, 30);
+  int e = std::clamp(int(std::floor(std::log2(65504.f / 64.f / magnitude))), -30, 30);
+  while (e > -30 && double(magnitude) * 64.0 * std::ldexp(1.0, e) > 65504.0) --e;  // log2 rounding
+  return e;
 }
 
 Status set_scaled_code_exp(DevMatrix& m, cudaStream_t s) {
@@ -52,7 +53,8 @@ Status set_scaled_code_exp(DevMatrix& m, cudaStream_t s) {
   }
   if (e == cudaSuccess) e = cudaMemcpyAsync(&bits, d, sizeof bits, cudaMemcpyDeviceToHost, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  cudaFree(d);
+  const cudaError_t freed = cudaFree(d);
+  if (e == cudaSuccess) e = freed;
   if (e != cudaSuccess) return err("scaled codes: ", cudaGetErrorString(e));
   float mag;
   std::memcpy(&mag, &bits, sizeof mag);
