@@ -159,7 +159,7 @@ Expected<CudaBackend::Operand> CudaBackend::with_sums(const uint16_t* hi, const 
 
 Status CudaBackend::prefill_gemm(const DevMatrix& w, const Operand& a, int lda, int T, float* c,
                                  int ldc, const float* add) {
-  const bool sums = a.sums && gemm_scaled_fills(T, (w.rows + 255) / 256);  // else the fold
+  const bool sums = a.sums && gemm_scaled_fills(T, scaled_col_tiles(w.rows));  // else the fold
   if (!a.lo && !sw_.fused_dequant && w.fmt != DevFormat::bf16) {
     // The ablation's fp16 copy of the largest matrix it meets, grown on demand.
     ORCHID_TRY(grow(pf_->extra, pf_->dequant, pf_->dequant_elems, int64_t(w.rows) * w.cols,
@@ -182,7 +182,7 @@ Status CudaBackend::prefill_xn_gemms(std::initializer_list<XnProduct> products, 
     return {};
   }
   int64_t tiles256 = 0;
-  for (const XnProduct& x : products) tiles256 += (x.w->rows + 255) / 256;
+  for (const XnProduct& x : products) tiles256 += scaled_col_tiles(x.w->rows);
   const uint16_t* sums = gemm_scaled_fills(T, tiles256) ? xn.sums : nullptr;  // else the fold
   GemmParams g[kMaxGemmGroup];
   int n = 0;
@@ -223,7 +223,7 @@ Status CudaBackend::prefill_attention(CudaState& st, int l, int T, const Operand
   }
   if (prof) prof->mark("attention", 4 * pairs * hd * c_.n_head);
   auto mix = with_sums(P.mix, P.mix_lo, T, c_.n_head * hd, P.mix_sums,
-                       gemm_scaled_fills(T, (L.o.rows + 255) / 256));
+                       gemm_scaled_fills(T, scaled_col_tiles(L.o.rows)));
   if (!mix) return mix.error();
   if (prof) prof->mark("group sums", 0);
   ORCHID_TRY(prefill_gemm(L.o, *mix, c_.n_head * hd, T, P.h, H, P.h));
@@ -269,8 +269,8 @@ Status CudaBackend::prefill_delta_net(CudaState& st, int l, int T, const Operand
   // Per token and state element, decay + two products + update ≈ 8 FLOPs: the sequential scan's
   // work, counted the same for the chunked form so that the two rates compare as speeds.
   if (prof) prof->mark(chunked ? "gdn chunked" : "gdn scan", 8 * int64_t(T) * hv * g.dk * g.dv);
-  auto mix =
-      with_sums(P.mix, P.mix_lo, T, vd, P.mix_sums, gemm_scaled_fills(T, (L.out.rows + 255) / 256));
+  auto mix = with_sums(P.mix, P.mix_lo, T, vd, P.mix_sums,
+                       gemm_scaled_fills(T, scaled_col_tiles(L.out.rows)));
   if (!mix) return mix.error();
   if (prof) prof->mark("group sums", 0);
   ORCHID_TRY(prefill_gemm(L.out, *mix, vd, T, P.h, H, P.h));
@@ -314,7 +314,7 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
   // the GPU.
   const int tile_rows = expert_tile_rows(T);
   const bool router_sums = tc && sw_.split_router && L.router_halves.w &&
-                           gemm_scaled_fills(T, (L.router_halves.rows + 255) / 256);
+                           gemm_scaled_fills(T, scaled_col_tiles(L.router_halves.rows));
   auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums, tile_rows == 128 || router_sums);
   if (!xn) return xn.error();
   if (tc && sw_.split_router && L.router_halves.w && gemm_ws_enabled()) {
@@ -367,7 +367,7 @@ Status CudaBackend::prefill_moe(const DevLayer& L, int T, Profiler* prof) {
     ORCHID_TRY(prefill_gemm(L.sh_up, *xn, H, T, u, ff, nullptr));
     ORCHID_TRY(launch_silu_mul_rows_f16(g, u, T, ff, P.sh_act, P.sh_act_lo, stream_));
     auto sh_act = with_sums(P.sh_act, P.sh_act_lo, T, ff, P.sh_act_sums,
-                            gemm_scaled_fills(T, (L.sh_down.rows + 255) / 256));
+                            gemm_scaled_fills(T, scaled_col_tiles(L.sh_down.rows)));
     if (!sh_act) return sh_act.error();
     float* shared_slot = P.slot_out + int64_t(c_.n_expert_used) * H;
     ORCHID_TRY(prefill_gemm(L.sh_down, *sh_act, ff, T, shared_slot, slots * H, nullptr));
@@ -423,7 +423,7 @@ Status CudaBackend::prefill_chunk(CudaState& st, int T, Profiler* prof) {
         launch_rms_norm_rows_f16(P.h, L.attn_norm, c_.rms_norm_eps, T, H, P.xn, P.xn_lo, stream_));
     // The sums serve the layer's in-projections where their tiles fill the GPU.
     const bool attention = c_.layer_types[size_t(l)] == LayerKind::full_attention;
-    const auto tiles = [](const DevMatrix& w) { return int64_t(w.rows + 255) / 256; };
+    const auto tiles = [](const DevMatrix& w) { return scaled_col_tiles(w.rows); };
     const int64_t tiles256 = attention ? tiles(L.q) + tiles(L.k) + tiles(L.v)
                                        : tiles(L.qkv) + tiles(L.z) + tiles(L.b) + tiles(L.a);
     auto xn = with_sums(P.xn, P.xn_lo, T, H, P.xn_sums, gemm_scaled_fills(T, tiles256));

@@ -161,6 +161,8 @@ Status launch_tiles(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t 
 using WsCfg = TileCfg<TileB::q4, 128, 8, 1, false, true, true>;
 template <bool EXACT>
 using WsScaledCfg = TileCfg<TileB::q4, 128, 8, 1, false, EXACT, true, true>;
+static_assert(WsScaledCfg<true>::BN == kScaledTileCols &&
+              WsScaledCfg<false>::BN == kScaledTileCols);
 
 // g's products share A (g.p[0]'s a, a_lo, a_sums, lda, m) and K; their column tiles are counted
 // again in Cfg's width.

@@ -77,6 +77,11 @@ void set_gemm_scaled_enabled(bool on);
 // launches no group sums, so they keep the fold's 128 × 128 tiles, twice as many (H200, 512
 // tokens: the out-projections' 32 scaled tiles ran at 55 TFLOP/s).
 bool gemm_scaled_fills(int64_t m, int64_t tiles256);
+// Columns of the scaled codes' tiles, and the tiles of a matrix of `rows` rows (its products).
+constexpr int kScaledTileCols = 256;
+constexpr int64_t scaled_col_tiles(int rows) {
+  return (int64_t(rows) + kScaledTileCols - 1) / kScaledTileCols;
+}
 // The scaled codes' power of two E for a q4 matrix whose largest max(8|s|, |b + 8s|) over its
 // groups is `magnitude`: the largest E (within ±30) with 64 · magnitude · 2^E ≤ 65,504, so that
 // the bias columns fit fp16; then s·(q − 8)·2^E is exact for every s ≥ 2^(-17-E). 0 for none.
