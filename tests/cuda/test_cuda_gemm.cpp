@@ -213,6 +213,20 @@ void group_sums(std::optional<DevBuf<uint16_t>>& sums, const uint16_t* hi, const
   ASSERT_TRUE(st.ok()) << st.message();
 }
 
+// Sets whether the warp-specialised tiles give a tile of ≤ 64 rows to one consumer warpgroup.
+struct HalfTilesMode {
+  bool saved = cuda::gemm_half_tiles_enabled();
+  explicit HalfTilesMode(bool on) { cuda::set_gemm_half_tiles_enabled(on); }
+  ~HalfTilesMode() { cuda::set_gemm_half_tiles_enabled(saved); }
+};
+
+// Sets whether the scaled codes' second consumer warpgroup starts a step behind the first.
+struct StaggerMode {
+  bool saved = cuda::gemm_stagger_enabled();
+  explicit StaggerMode(bool on) { cuda::set_gemm_stagger_enabled(on); }
+  ~StaggerMode() { cuda::set_gemm_stagger_enabled(saved); }
+};
+
 // Sets the tiles' grid order for a scope (gemm_tile.cuh's TileOrder), restoring it after.
 struct OrderMode {
   bool saved = cuda::gemm_n_first_enabled();
@@ -601,6 +615,57 @@ TEST(CudaGemmScaled, DiffersFromTheFoldInRoundingOnly) {
     }
   EXPECT_EQ(bad, 0);
   EXPECT_GT(differ, 0) << "the scaled codes gave the fold's very bits";
+}
+
+// The warp-specialised tiles' scheduling switches change when a consumer warpgroup multiplies,
+// never what: tiles of at most 64 rows (the last of M = 130 and 257, the only one of M = 1 and
+// 40) on one consumer warpgroup or both (half tiles), the second warpgroup a step behind or
+// level (stagger; M = 2,100: persistent blocks of several tiles carry the lag and the passed
+// stages' barrier phases on), on the scaled codes and on the fold: the same bits in all four
+// settings. The cases also match the reference with both off (the defaults, on, run in the
+// other tests).
+TEST(CudaGemmScaled, SchedulingSwitchesGiveTheSameBits) {
+  ORCHID_REQUIRE_GPU();
+  const WsMode ws(true);
+  if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int n = 1536, k = 512;
+  const HostMatrix w = quantised(DevFormat::q4, n, k, 64, rng);
+  const DeviceMatrix dw(w);
+  for (bool scaled : {true, false})
+    for (int m : {1, 40, 130, 257, 2100}) {
+      SCOPED_TRACE(testing::Message() << (scaled ? "scaled codes" : "fold") << ", M " << m);
+      const ScaledMode mode(scaled);
+      const SplitRows a = random_split(m, k, k, rng);
+      DevBuf<uint16_t> da(a.hi), dlo(a.lo);
+      std::optional<DevBuf<uint16_t>> sums;
+      group_sums(sums, da.get(), dlo.get(), m, k, k);
+      std::vector<float> first;
+      for (int setting = 0; setting < 4; ++setting) {
+        const HalfTilesMode half(setting & 1);
+        const StaggerMode stagger(setting & 2);
+        DevBuf<float> dc(size_t(m) * n);
+        cuda::GemmParams p;
+        p.w = dw.m, p.a = da.get(), p.a_lo = dlo.get(), p.a_sums = sums->get(), p.lda = k;
+        p.m = m, p.c = dc.get(), p.ldc = n;
+        const Status st = cuda::launch_gemm(p, nullptr);
+        ASSERT_TRUE(st.ok()) << st.message();
+        const std::vector<float> got = dc.host();
+        if (setting == 0)
+          first = got;
+        else
+          EXPECT_TRUE(got == first) << "half tiles " << (setting & 1) << ", stagger "
+                                    << (setting >> 1) << ": other bits than both off";
+      }
+    }
+  const HalfTilesMode half(false);
+  const StaggerMode stagger(false);
+  for (bool exact : {true, false}) {
+    run_gemm({DevFormat::q4, 130, 320, 512, 64, 0, Add::separate, true, exact, true, true});
+    run_gemm({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, exact, true, true});
+  }
 }
 
 // Both grid orders, persistent blocks (several tiles each: stages and barrier phases carry over,
@@ -1144,6 +1209,24 @@ TEST(CudaExpertsScaled, MatchesReference) {
         run_experts({DevFormat::q4, 2000, 8, 3, 512, 256, 128, 64, exact, 64, true, true});
       }
     run_experts({DevFormat::q4, 300, 4, 2, 256, 128, 128, 32, exact, 64, true, true});
+  }
+}
+
+// The experts' tiles with the scheduling switches off (CudaGemmScaled.SchedulingSwitches…): tiles
+// of at most 64 rows (most experts' last) on both consumer warpgroups, the two level; scaled and
+// fold. The defaults (on) run in the tests above.
+TEST(CudaExpertsScaled, SchedulingSwitchesOffMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  {
+    WsMode on(true);
+    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  }
+  const HalfTilesMode half(false);
+  const StaggerMode stagger(false);
+  for (bool scaled : {true, false}) {
+    const ScaledMode mode(scaled);
+    run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 128, 64, true, 64, true, true});
+    run_experts({DevFormat::q4, 2000, 8, 3, 512, 256, 128, 64, true, 64, true, true});
   }
 }
 

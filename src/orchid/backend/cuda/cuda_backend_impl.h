@@ -83,6 +83,11 @@ struct MoeRouting;  // prefill_kernels.h
 // ORCHID_SCALED_CODES=0 gives the warp-specialised tiles the integer codes and the per-group fold
 // instead of the scaled codes (s·(q − 8) exact in fp16, the biases as k-steps against the
 // operands' group sums, which each operand's producer launch is followed by: gemm_ws.cuh);
+// ORCHID_HALF_TILES=0 has both consumer warpgroups of a warp-specialised tile multiply even where
+// the tile's rows (an expert's last, mostly) all lie in the first one's 64, instead of the second
+// passing its stages on while the first has the tensor cores alone; ORCHID_WG_STAGGER=0 starts
+// the scaled codes' two consumer warpgroups together instead of the second a step behind (their
+// epilogues then coincide, the tensor cores idle through them);
 // ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
 // ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
 // the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
@@ -126,6 +131,8 @@ struct Switches {
   bool split_router = true;
   bool gemm_group = true;
   bool scaled_codes = true;
+  bool half_tiles = true;
+  bool wg_stagger = true;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;

@@ -119,6 +119,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"split_router", base.split_router},
                              {"gemm_group", base.gemm_group},
                              {"scaled_codes", base.scaled_codes},
+                             {"half_tiles", base.half_tiles},
+                             {"wg_stagger", base.wg_stagger},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
@@ -187,6 +189,11 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"gemm_group_off", [](cuda::Switches& s) { s.gemm_group = false; }},
         // The warp-specialised tiles' integer codes and per-group fold instead of scaled codes.
         {"scaled_codes_off", [](cuda::Switches& s) { s.scaled_codes = false; }},
+        // Both consumer warpgroups multiplying a tile of at most 64 rows, not the first alone.
+        {"half_tiles_off", [](cuda::Switches& s) { s.half_tiles = false; }},
+        // The scaled codes' two consumer warpgroups starting together, not the second a step
+        // behind.
+        {"wg_stagger_off", [](cuda::Switches& s) { s.wg_stagger = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},

@@ -72,18 +72,22 @@ __device__ __forceinline__ void set_b(TileSrc<Cfg>& src, int q, const DevMatrix&
 // Runs a tile launch's blocks: the warp-specialised tiles persistent over the work items (TileWork
 // of max_tiles row tiles — those past *n_tiles skipped — and col_tiles column tiles), the others
 // one tile a block (TileOrder). tile_src(tile, col, src) fills thread tid's TileSrc;
-// store(tile, col, acc) writes a tile's results.
+// store(tile, col, acc) writes a tile's results; t's begin and end give a tile's rows.
 template <class Cfg, class SrcFn, class Store>
 __device__ __forceinline__ void run_tiles(char* smem, TileOrder order, int max_tiles, int col_tiles,
-                                          const int* n_tiles, int k, int bias_steps,
-                                          SrcFn&& tile_src, Store&& store) {
-  const int live = *n_tiles;
+                                          const Tiles& t, int k, int bias_steps, SrcFn&& tile_src,
+                                          Store&& store) {
+  const int live = *t.n_tiles;
   if constexpr (Cfg::kWs) {
     const TileWork work{order.n_first, max_tiles, col_tiles};
     // Column tiles first: the items of live tiles come first, so the walk stops there.
     const int n_work = order.n_first ? live * col_tiles : max_tiles * col_tiles;
+    const auto rows = [&](int w) {
+      const int tile = work.row(w);
+      return tile < live ? min(t.end[tile] - t.begin[tile], Cfg::BM) : 0;
+    };
     ws_persistent<Cfg>(
-        smem, n_work, k, bias_steps, [&](int w) { return work.row(w) < live; },
+        smem, n_work, k, bias_steps, order.half_tiles, order.stagger, rows,
         [&](int w, TileSrc<Cfg>& src) { tile_src(work.row(w), work.col(w), src); },
         [&](int w, const auto& acc) { store(work.row(w), work.col(w), acc); });
   } else {
@@ -168,8 +172,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     });
   };
-  run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_ff + Cfg::BN / 2 - 1) / (Cfg::BN / 2),
-                 p.t.n_tiles, p.k, p.sums_lo / kTileK, tile_src, store);
+  run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_ff + Cfg::BN / 2 - 1) / (Cfg::BN / 2), p.t, p.k,
+                 p.sums_lo / kTileK, tile_src, store);
 }
 
 // Tile `tile`, output columns [128 · col, +128); A = the tile's act rows.
@@ -223,8 +227,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     });
   };
-  run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_embd + Cfg::BN - 1) / Cfg::BN, p.t.n_tiles,
-                 p.n_ff, p.sums_lo / kTileK, tile_src, store);
+  run_tiles<Cfg>(smem, p.order, p.max_tiles, (p.n_embd + Cfg::BN - 1) / Cfg::BN, p.t, p.n_ff,
+                 p.sums_lo / kTileK, tile_src, store);
 }
 
 // h[t, i] += Σ_s slot_out[t, s, i] in slot order; one thread per 4 columns of a row.
@@ -342,7 +346,7 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
     return err("expert gate/up: x_lo and act_lo come together, 16-byte aligned");
   if (exact) ORCHID_TRY(tile_exact_group(g, "expert gate/up"));
   if (p.r->max_tiles == 0) return {};
-  const TileOrder order{gemm_n_first_enabled()};
+  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(), gemm_stagger_enabled()};
   GateUpArgs a{g,
                u,
                p.n_ff,
@@ -384,7 +388,7 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   if (exact) ORCHID_TRY(tile_exact_group(d, "expert down"));
   if (p.r->max_tiles == 0) return {};
   const int64_t lo = lo_offset(p.act, p.act_lo);
-  const TileOrder order{gemm_n_first_enabled()};
+  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(), gemm_stagger_enabled()};
   DownArgs a{d,  p.n_embd,       p.n_ff,     *shift, p.r->top_k + 1, p.act,
              lo, tiles_of(*p.r), p.slot_out, order,  p.r->max_tiles};
   if (reinterpret_cast<uintptr_t>(p.act_sums) % 16 != 0)

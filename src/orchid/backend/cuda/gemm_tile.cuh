@@ -178,9 +178,14 @@ struct TileCfg {
 // (the exact path's T · K · 4 bytes: 64 MB at 8K tokens, or an expert launch's gathered rows)
 // outgrows L2. Column tiles fastest (n_first, ORCHID_TILE_N_FIRST): the blocks in flight share
 // A's row tile, read from DRAM about once, while W (a dense matrix's 1-13 MB, an expert's 0.5-1
-// MB) stays in L2.
+// MB) stays in L2. And for the warp-specialised tiles (gemm_ws.cuh's ws_persistent): half_tiles
+// (ORCHID_HALF_TILES) gives a tile of at most 64 rows to one consumer warpgroup, the other passing
+// its stages on; stagger (ORCHID_WG_STAGGER, scaled codes) starts the second consumer warpgroup a
+// step behind the first, so that their epilogues do not coincide.
 struct TileOrder {
   bool n_first = false;
+  bool half_tiles = false;
+  bool stagger = false;
   __host__ dim3 grid(int row_tiles, int col_tiles) const {
     return n_first ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
   }

@@ -355,10 +355,13 @@ struct WsChainConsumer {
     __syncwarp();
     if (lane == 0) mbar_arrive(sm.empty(g0 + ks));
   }
-  __device__ __forceinline__ void run() {
+  // lead: warpgroup 1's first item with the stagger on; the other warpgroup starts once this
+  // one's first products are issued (named barrier 2).
+  __device__ __forceinline__ void run(bool lead = false) {
     zero(acc);  // defined operands for the first wgmma (which ignores them)
     fence_operands(acc);
     issue(0);
+    if (lead) named_barrier_arrive(2, Cfg::kMmaThreads);
     for (int ks = 1; ks < nk; ++ks) {
       issue(ks);
       wgmma_wait<1>();  // step ks - 1's products are in
@@ -369,6 +372,20 @@ struct WsChainConsumer {
     release(nk - 1);
   }
 };
+
+// A consumer warpgroup without rows in an item (a tile of at most 64 rows, ORCHID_HALF_TILES):
+// it takes each of the item's nk steps after the producer filled it and releases it at once, so
+// that the stages' barriers count its warps as ever, while the other warpgroup has the tensor
+// cores alone (a tile of 64 rows then takes about half a tile's time, not a whole one's).
+template <class Cfg>
+__device__ __forceinline__ void ws_pass_stages(const WsSmem<Cfg>& sm, int nk, int g0, int lane) {
+  for (int ks = 0; ks < nk; ++ks) {
+    const int g = g0 + ks;
+    mbar_wait(sm.full(g), (g / Cfg::kWsStages) & 1);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sm.empty(g));
+  }
+}
 
 // The fold's consumer: partial sets of m64n136 (R in columns 128 … 135).
 template <class Cfg>
@@ -451,16 +468,23 @@ struct WsConsumer {
 };
 
 // The persistent warp-specialised block (one an SM, 384 threads): ones rows and barriers once,
-// then work items w = blockIdx.x, + gridDim.x, … < n_work that take(w) accepts (every thread
-// decides alike). Per item the producers fill their TileSrc (src_for(w, src): thread t's A row t,
-// B row t) and run its k-steps as far ahead as the stages allow — into the next item while the
-// consumers still fold and store the last one — and the consumers run the item's steps, then
-// epilogue(w, acc) (acc[1][16][4]: the mma C layout of warp (tid - 128) / 32's 16 rows). A grid of
-// one block per item is the one-tile-a-block form.
-// Scaled codes: each item takes bias_steps more k-steps (its TileSrc's sums_lo / 64).
+// then work items w = blockIdx.x, + gridDim.x, … < n_work with rows: take(w) gives item w's A
+// rows (at most BM; 0 skips it, every thread deciding alike). With half_tiles, a consumer
+// warpgroup whose 64 rows all lie past them passes the item's stages on (ws_pass_stages) and
+// stores nothing. With stagger (scaled codes), the second consumer warpgroup starts its first
+// item once the first has issued that item's first step: it then trails by about a step, so
+// that each one's epilogue falls while the other still multiplies (alone, at the tensor cores'
+// full rate) instead of both storing while the tensor cores idle. The lag cannot grow past the
+// stages (the producer refills a stage once both released it). Per item the producers fill their
+// TileSrc (src_for(w, src): thread t's A row t, B row t) and run its k-steps as far ahead as the
+// stages allow — into the next item while the consumers still fold and store the last one — and the
+// consumers run the item's steps, then epilogue(w, acc) (acc[1][16][4]: the mma C layout of warp
+// (tid - 128) / 32's 16 rows). A grid of one block per item is the one-tile-a-block form. Scaled
+// codes: each item takes bias_steps more k-steps (its TileSrc's sums_lo / 64).
 template <class Cfg, class Take, class SrcFn, class Epilogue>
 __device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, int bias_steps,
-                                              Take&& take, SrcFn&& src_for, Epilogue&& epilogue) {
+                                              bool half_tiles, bool stagger, Take&& take,
+                                              SrcFn&& src_for, Epilogue&& epilogue) {
   if constexpr (!kHaveWgmma) {
     __trap();  // only the sm_90a build has this path: gemm_ws_enabled() checks the device
   } else {
@@ -485,7 +509,7 @@ __device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, int
     if (tid < Cfg::kProducerThreads) {
       setmaxnreg_dec<Sm::kProducerRegs>();
       for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
-        if (!take(w)) continue;
+        if (take(w) <= 0) continue;
         TileSrc<Cfg> src;
         src_for(w, src);
         const int buf = item & 1;
@@ -500,15 +524,31 @@ __device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, int
       }
     } else {
       setmaxnreg_inc<Sm::kConsumerRegs>();
-      const int ct = tid - Cfg::kProducerThreads;
+      const int ct = tid - Cfg::kProducerThreads, first_row = ct / 128 * 64;
+      // Staggered: the first item (WG 1 always has rows in it) opens with WG 1 alone.
+      bool lead = false;
+      if (Cfg::kScaled && stagger) {
+        int w = blockIdx.x;
+        while (w < n_work && take(w) <= 0) w += gridDim.x;
+        if (w < n_work) {
+          if (first_row == 0)
+            lead = true;
+          else
+            named_barrier_sync(2, Cfg::kMmaThreads);
+        }
+      }
       for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
-        if (!take(w)) continue;
-        if constexpr (Cfg::kScaled) {
-          WsChainConsumer<Cfg> c{sm, steps, ct & 31, uint32_t(ct / 128 * 64 * kTileRowB), g, {}};
-          c.run();
+        const int rows = take(w);
+        if (rows <= 0) continue;
+        if (half_tiles && rows <= first_row) {
+          ws_pass_stages(sm, steps, g, ct & 31);
+        } else if constexpr (Cfg::kScaled) {
+          WsChainConsumer<Cfg> c{sm, steps, ct & 31, uint32_t(first_row * kTileRowB), g, {}};
+          c.run(lead);
+          lead = false;
           epilogue(w, reinterpret_cast<float(&)[1][Cfg::NJ][4]>(c.acc));
         } else {
-          WsConsumer<Cfg> c{sm, steps, ct & 31, uint32_t(ct / 128 * 64 * kTileRowB), g, {}};
+          WsConsumer<Cfg> c{sm, steps, ct & 31, uint32_t(first_row * kTileRowB), g, {}};
           c.run();
           epilogue(w, reinterpret_cast<float(&)[1][16][4]>(c.acc));
         }

@@ -72,6 +72,15 @@ void set_gemm_ws_enabled(bool on);
 // the backend sets it.
 bool gemm_scaled_enabled();
 void set_gemm_scaled_enabled(bool on);
+// Whether the warp-specialised tiles give a tile of at most 64 rows to one consumer warpgroup
+// (the other passes its stages on) instead of both multiplying (TileOrder::half_tiles).
+// Process-wide, default on; the backend sets it.
+bool gemm_half_tiles_enabled();
+void set_gemm_half_tiles_enabled(bool on);
+// Whether the scaled codes' second consumer warpgroup starts a step behind the first, so that
+// their epilogues fall apart (TileOrder::stagger). Process-wide, default on; the backend sets it.
+bool gemm_stagger_enabled();
+void set_gemm_stagger_enabled(bool on);
 // Whether a launch of m rows whose products have tiles256 column tiles of 256 in all fills the GPU
 // on the scaled codes' 128 × 256 tiles (a tile an SM at least). The prefill gives smaller
 // launches no group sums, so they keep the fold's 128 × 128 tiles, twice as many (H200, 512
