@@ -618,8 +618,9 @@ TEST(CudaGemmScaled, DiffersFromTheFoldInRoundingOnly) {
 }
 
 // The warp-specialised tiles' scheduling switches change when a consumer warpgroup multiplies,
-// never what: tiles of at most 64 rows (the last of M = 130 and 257, the only one of M = 1 and
-// 40) on one consumer warpgroup or both (half tiles), the second warpgroup a step behind or
+// never what: tiles of at most 64 rows (the last of M = 130 and 257, the only one of M = 1, 40
+// and 64) on one consumer warpgroup or both (half tiles) — and those of 65 and 100 rows, which
+// need both — the second warpgroup a step behind or
 // level (stagger; M = 2,100: persistent blocks of several tiles carry the lag and the passed
 // stages' barrier phases on), on the scaled codes and on the fold: the same bits in all four
 // settings. The cases also match the reference with both off (the defaults, on, run in the
@@ -635,7 +636,7 @@ TEST(CudaGemmScaled, SchedulingSwitchesGiveTheSameBits) {
   const HostMatrix w = quantised(DevFormat::q4, n, k, 64, rng);
   const DeviceMatrix dw(w);
   for (bool scaled : {true, false})
-    for (int m : {1, 40, 130, 257, 2100}) {
+    for (int m : {1, 40, 64, 65, 100, 130, 257, 2100}) {
       SCOPED_TRACE(testing::Message() << (scaled ? "scaled codes" : "fold") << ", M " << m);
       const ScaledMode mode(scaled);
       const SplitRows a = random_split(m, k, k, rng);
