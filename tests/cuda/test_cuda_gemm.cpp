@@ -190,19 +190,25 @@ struct DequantMode {
   }
 };
 
-// Sets the warp-specialised switch for a scope (gemm_ws.cuh), restoring it after.
-struct WsMode {
-  bool saved = cuda::gemm_ws_enabled();
-  explicit WsMode(bool on) { cuda::set_gemm_ws_enabled(on); }
-  ~WsMode() { cuda::set_gemm_ws_enabled(saved); }
+// Sets one of the process-wide GEMM switches (prefill_kernels.h: Get / Set) for a scope,
+// restoring it after.
+template <bool (*Get)(), void (*Set)(bool)>
+struct SwitchMode {
+  bool saved = Get();
+  explicit SwitchMode(bool on) { Set(on); }
+  ~SwitchMode() { Set(saved); }
 };
-
-// Sets the scaled-codes switch for a scope (gemm_ws.cuh), restoring it after.
-struct ScaledMode {
-  bool saved = cuda::gemm_scaled_enabled();
-  explicit ScaledMode(bool on) { cuda::set_gemm_scaled_enabled(on); }
-  ~ScaledMode() { cuda::set_gemm_scaled_enabled(saved); }
-};
+// The warp-specialised tiles (gemm_ws.cuh); their scaled codes; a tile of ≤ 64 rows on one
+// consumer warpgroup; the second consumer a step behind the first.
+using WsMode = SwitchMode<cuda::gemm_ws_enabled, cuda::set_gemm_ws_enabled>;
+using ScaledMode = SwitchMode<cuda::gemm_scaled_enabled, cuda::set_gemm_scaled_enabled>;
+using HalfTilesMode = SwitchMode<cuda::gemm_half_tiles_enabled, cuda::set_gemm_half_tiles_enabled>;
+using StaggerMode = SwitchMode<cuda::gemm_stagger_enabled, cuda::set_gemm_stagger_enabled>;
+// The tiles' grid order (gemm_tile.cuh's TileOrder: column tiles first when on); A by the copy
+// engine; the warp-specialised tiles persistent (one block an SM).
+using OrderMode = SwitchMode<cuda::gemm_n_first_enabled, cuda::set_gemm_n_first_enabled>;
+using TmaAMode = SwitchMode<cuda::gemm_tma_a_enabled, cuda::set_gemm_tma_a_enabled>;
+using PersistentMode = SwitchMode<cuda::gemm_persistent_enabled, cuda::set_gemm_persistent_enabled>;
 
 // A's group sums on the device (launch_group_sums; lo may be null) into sums, made here: rows of
 // 2 · group_sums_half(k) values.
@@ -212,39 +218,6 @@ void group_sums(std::optional<DevBuf<uint16_t>>& sums, const uint16_t* hi, const
   const Status st = cuda::launch_group_sums(hi, lo, rows, k, lda, sums->get(), nullptr);
   ASSERT_TRUE(st.ok()) << st.message();
 }
-
-// Sets whether the warp-specialised tiles give a tile of ≤ 64 rows to one consumer warpgroup.
-struct HalfTilesMode {
-  bool saved = cuda::gemm_half_tiles_enabled();
-  explicit HalfTilesMode(bool on) { cuda::set_gemm_half_tiles_enabled(on); }
-  ~HalfTilesMode() { cuda::set_gemm_half_tiles_enabled(saved); }
-};
-
-// Sets whether the scaled codes' second consumer warpgroup starts a step behind the first.
-struct StaggerMode {
-  bool saved = cuda::gemm_stagger_enabled();
-  explicit StaggerMode(bool on) { cuda::set_gemm_stagger_enabled(on); }
-  ~StaggerMode() { cuda::set_gemm_stagger_enabled(saved); }
-};
-
-// Sets the tiles' grid order for a scope (gemm_tile.cuh's TileOrder), restoring it after.
-struct OrderMode {
-  bool saved = cuda::gemm_n_first_enabled();
-  explicit OrderMode(bool n_first) { cuda::set_gemm_n_first_enabled(n_first); }
-  ~OrderMode() { cuda::set_gemm_n_first_enabled(saved); }
-};
-
-// Sets whether the warp-specialised tiles run persistent (one block an SM) for a scope.
-struct TmaAMode {
-  bool saved = cuda::gemm_tma_a_enabled();
-  explicit TmaAMode(bool on) { cuda::set_gemm_tma_a_enabled(on); }
-  ~TmaAMode() { cuda::set_gemm_tma_a_enabled(saved); }
-};
-struct PersistentMode {
-  bool saved = cuda::gemm_persistent_enabled();
-  explicit PersistentMode(bool on) { cuda::set_gemm_persistent_enabled(on); }
-  ~PersistentMode() { cuda::set_gemm_persistent_enabled(saved); }
-};
 
 // ---- Dense projections ------------------------------------------------------------------------
 
