@@ -32,6 +32,10 @@
 #        warm-up's, for a kernel launched twice a layer), as $OUT/ncu-prefill.txt
 #   ncu-detail REGEX: speed-of-light, occupancy and warp-stall sections of the first 4 launches
 #        of each kernel matching REGEX, as $OUT/ncu-detail.txt
+#   ncu-source NAME:SKIP:COUNT,...: PC-sampled warp stalls per SASS instruction (the source page)
+#        of COUNT launches of kernel NAME after SKIP of its launches in an 8K-prompt prefill (the
+#        256-token warm-up comes first), as $OUT/ncu-source-NAME.csv (xz) beside the summary
+#        sections in $OUT/ncu-source.txt
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -169,6 +173,24 @@ if [[ "$what" == ncu-prefill ]]; then
     > "$out/ncu-prefill.txt" 2>&1 || status=1
   grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|L1/TEX Hit|Shared Memory|Pipe|Block Size|Grid Size|Executed Ipc" \
     "$out/ncu-prefill.txt" | head -150
+fi
+if [[ "$what" == ncu-source ]]; then
+  IFS=',' read -ra specs <<< "$contexts"
+  for spec in "${specs[@]}"; do
+    IFS=':' read -r k skip count <<< "$spec"
+    ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" \
+      --launch-count "$count" --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis -f -o "$out/rep-$k" \
+      "$bin/orchid" bench prefill --synthetic qwen3.6-35b-a3b --lengths 8192 --ablation-lengths none \
+      >> "$out/ncu-source.log" 2>&1 || status=1
+    ncu -i "$out/rep-$k.ncu-rep" >> "$out/ncu-source.txt" 2>&1 || status=1
+    ncu -i "$out/rep-$k.ncu-rep" --page source --print-source sass --csv \
+      > "$out/ncu-source-$k.csv" 2>> "$out/ncu-source.log" || status=1
+    rm -f "$out/rep-$k.ncu-rep"
+    xz -T4 "$out/ncu-source-$k.csv"
+  done
+  grep -E "^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|Warp Cycles Per Issued|Issued Ipc" \
+    "$out/ncu-source.txt" | head -40
 fi
 if [[ "$what" == lab ]]; then
   "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1

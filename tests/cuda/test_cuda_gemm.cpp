@@ -199,11 +199,12 @@ struct SwitchMode {
   ~SwitchMode() { Set(saved); }
 };
 // The warp-specialised tiles (gemm_ws.cuh); their scaled codes; a tile of ≤ 64 rows on one
-// consumer warpgroup; the second consumer a step behind the first.
+// consumer warpgroup; the weight codes converted by the consumers, not the producer.
 using WsMode = SwitchMode<cuda::gemm_ws_enabled, cuda::set_gemm_ws_enabled>;
 using ScaledMode = SwitchMode<cuda::gemm_scaled_enabled, cuda::set_gemm_scaled_enabled>;
 using HalfTilesMode = SwitchMode<cuda::gemm_half_tiles_enabled, cuda::set_gemm_half_tiles_enabled>;
-using StaggerMode = SwitchMode<cuda::gemm_stagger_enabled, cuda::set_gemm_stagger_enabled>;
+using ConsumerDequantMode =
+    SwitchMode<cuda::gemm_consumer_dequant_enabled, cuda::set_gemm_consumer_dequant_enabled>;
 // The tiles' grid order (gemm_tile.cuh's TileOrder: column tiles first when on); A by the copy
 // engine; the warp-specialised tiles persistent (one block an SM).
 using OrderMode = SwitchMode<cuda::gemm_n_first_enabled, cuda::set_gemm_n_first_enabled>;
@@ -590,14 +591,14 @@ TEST(CudaGemmScaled, DiffersFromTheFoldInRoundingOnly) {
   EXPECT_GT(differ, 0) << "the scaled codes gave the fold's very bits";
 }
 
-// The warp-specialised tiles' scheduling switches change when a consumer warpgroup multiplies,
-// never what: tiles of at most 64 rows (the last of M = 130 and 257, the only one of M = 1, 40
-// and 64) on one consumer warpgroup or both (half tiles) — and those of 65 and 100 rows, which
-// need both — the second warpgroup a step behind or
-// level (stagger; M = 2,100: persistent blocks of several tiles carry the lag and the passed
-// stages' barrier phases on), on the scaled codes and on the fold: the same bits in all four
-// settings. The cases also match the reference with both off (the defaults, on, run in the
-// other tests).
+// The warp-specialised tiles' scheduling switches change who does the work, never what: tiles
+// of at most 64 rows (the last of M = 130 and 257, the only one of M = 1, 40 and 64) on one
+// consumer warpgroup or both (half tiles) — and those of 65 and 100 rows, which need both — and
+// the weight codes converted by the consumers or by the producer (consumer dequant; M = 2,100:
+// persistent blocks of several tiles carry the stages' barrier phases on, passed stages
+// included), on the scaled codes and on the fold (which ignores the second): the same bits in
+// all four settings. The cases also match the reference with both off (the defaults, on, run in
+// the other tests).
 TEST(CudaGemmScaled, SchedulingSwitchesGiveTheSameBits) {
   ORCHID_REQUIRE_GPU();
   const WsMode ws(true);
@@ -619,7 +620,7 @@ TEST(CudaGemmScaled, SchedulingSwitchesGiveTheSameBits) {
       std::vector<float> first;
       for (int setting = 0; setting < 4; ++setting) {
         const HalfTilesMode half(setting & 1);
-        const StaggerMode stagger(setting & 2);
+        const ConsumerDequantMode cd(setting & 2);
         DevBuf<float> dc(size_t(m) * n);
         cuda::GemmParams p;
         p.w = dw.m, p.a = da.get(), p.a_lo = dlo.get(), p.a_sums = sums->get(), p.lda = k;
@@ -630,12 +631,12 @@ TEST(CudaGemmScaled, SchedulingSwitchesGiveTheSameBits) {
         if (setting == 0)
           first = got;
         else
-          EXPECT_TRUE(got == first) << "half tiles " << (setting & 1) << ", stagger "
+          EXPECT_TRUE(got == first) << "half tiles " << (setting & 1) << ", consumer dequant "
                                     << (setting >> 1) << ": other bits than both off";
       }
     }
   const HalfTilesMode half(false);
-  const StaggerMode stagger(false);
+  const ConsumerDequantMode cd(false);
   for (bool exact : {true, false}) {
     run_gemm({DevFormat::q4, 130, 320, 512, 64, 0, Add::separate, true, exact, true, true});
     run_gemm({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, exact, true, true});
@@ -1187,8 +1188,8 @@ TEST(CudaExpertsScaled, MatchesReference) {
 }
 
 // The experts' tiles with the scheduling switches off (CudaGemmScaled.SchedulingSwitches…): tiles
-// of at most 64 rows (most experts' last) on both consumer warpgroups, the two level; scaled and
-// fold. The defaults (on) run in the tests above.
+// of at most 64 rows (most experts' last) on both consumer warpgroups, the codes converted by the
+// producer; scaled and fold. The defaults (on) run in the tests above.
 TEST(CudaExpertsScaled, SchedulingSwitchesOffMatchReference) {
   ORCHID_REQUIRE_GPU();
   {
@@ -1196,7 +1197,7 @@ TEST(CudaExpertsScaled, SchedulingSwitchesOffMatchReference) {
     if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   }
   const HalfTilesMode half(false);
-  const StaggerMode stagger(false);
+  const ConsumerDequantMode cd(false);
   for (bool scaled : {true, false}) {
     const ScaledMode mode(scaled);
     run_experts({DevFormat::q4, 100, 8, 3, 320, 192, 128, 64, true, 64, true, true});

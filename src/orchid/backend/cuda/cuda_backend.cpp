@@ -52,7 +52,7 @@ Switches Switches::from_env() {
   s.gemm_group = !env_off("ORCHID_GEMM_GROUP");
   s.scaled_codes = !env_off("ORCHID_SCALED_CODES");
   s.half_tiles = !env_off("ORCHID_HALF_TILES");
-  s.wg_stagger = !env_off("ORCHID_WG_STAGGER");
+  s.consumer_dequant = !env_off("ORCHID_CONSUMER_DEQUANT");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   s.wgmma_attention = !env_off("ORCHID_WGMMA_ATTENTION");
   s.attn_pingpong = !env_off("ORCHID_ATTN_PINGPONG");

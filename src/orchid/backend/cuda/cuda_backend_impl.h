@@ -132,7 +132,7 @@ struct Switches {
   bool gemm_group = true;
   bool scaled_codes = true;
   bool half_tiles = true;
-  bool wg_stagger = true;
+  bool consumer_dequant = true;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;

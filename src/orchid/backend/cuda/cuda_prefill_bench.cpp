@@ -120,7 +120,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"gemm_group", base.gemm_group},
                              {"scaled_codes", base.scaled_codes},
                              {"half_tiles", base.half_tiles},
-                             {"wg_stagger", base.wg_stagger},
+                             {"consumer_dequant", base.consumer_dequant},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
@@ -191,9 +191,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"scaled_codes_off", [](cuda::Switches& s) { s.scaled_codes = false; }},
         // Both consumer warpgroups multiplying a tile of at most 64 rows, not the first alone.
         {"half_tiles_off", [](cuda::Switches& s) { s.half_tiles = false; }},
-        // The scaled codes' two consumer warpgroups starting together, not the second a step
-        // behind.
-        {"wg_stagger_off", [](cuda::Switches& s) { s.wg_stagger = false; }},
+        // The scaled codes' weight codes converted by the producer warpgroup, not the consumers.
+        {"consumer_dequant_off", [](cuda::Switches& s) { s.consumer_dequant = false; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},

@@ -87,7 +87,7 @@ __device__ __forceinline__ void run_tiles(char* smem, TileOrder order, int max_t
       return tile < live ? min(t.end[tile] - t.begin[tile], Cfg::BM) : 0;
     };
     ws_persistent<Cfg>(
-        smem, n_work, k, bias_steps, order.half_tiles, order.stagger, rows,
+        smem, n_work, k, bias_steps, order.half_tiles, order.consumer_dequant, rows,
         [&](int w, TileSrc<Cfg>& src) { tile_src(work.row(w), work.col(w), src); },
         [&](int w, const auto& acc) { store(work.row(w), work.col(w), acc); });
   } else {
@@ -346,7 +346,8 @@ Status launch_expert_gate_up(const ExpertGateUpParams& p, cudaStream_t s) {
     return err("expert gate/up: x_lo and act_lo come together, 16-byte aligned");
   if (exact) ORCHID_TRY(tile_exact_group(g, "expert gate/up"));
   if (p.r->max_tiles == 0) return {};
-  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(), gemm_stagger_enabled()};
+  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(),
+                        gemm_consumer_dequant_enabled()};
   GateUpArgs a{g,
                u,
                p.n_ff,
@@ -388,7 +389,8 @@ Status launch_expert_down(const ExpertDownParams& p, cudaStream_t s) {
   if (exact) ORCHID_TRY(tile_exact_group(d, "expert down"));
   if (p.r->max_tiles == 0) return {};
   const int64_t lo = lo_offset(p.act, p.act_lo);
-  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(), gemm_stagger_enabled()};
+  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(),
+                        gemm_consumer_dequant_enabled()};
   DownArgs a{d,  p.n_embd,       p.n_ff,     *shift, p.r->top_k + 1, p.act,
              lo, tiles_of(*p.r), p.slot_out, order,  p.r->max_tiles};
   if (reinterpret_cast<uintptr_t>(p.act_sums) % 16 != 0)

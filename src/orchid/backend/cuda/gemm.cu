@@ -25,7 +25,7 @@ std::atomic<bool> g_tma_a{true};
 std::atomic<bool> g_group{true};
 std::atomic<bool> g_scaled{true};
 std::atomic<bool> g_half_tiles{true};
-std::atomic<bool> g_stagger{true};
+std::atomic<bool> g_consumer_dequant{true};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if constexpr (Cfg::kWs) {
     const TileWork work{order.n_first, (g.p[0].m + Cfg::BM - 1) / Cfg::BM, g.tiles0[g.n]};
     ws_persistent<Cfg>(
-        smem, work.row_tiles * work.col_tiles, k, sums_lo / kTileK, order.half_tiles, order.stagger,
+        smem, work.row_tiles * work.col_tiles, k, sums_lo / kTileK, order.half_tiles,
+        order.consumer_dequant,
         [&](int w) { return min(g.p[0].m - work.row(w) * Cfg::BM, Cfg::BM); },
         [&](int w, TileSrc<Cfg>& src) {
           const int col = work.col(w), j = g.which(col);
@@ -152,7 +153,8 @@ template <TileB B, int BM, bool EXACT>
 Status launch_tiles(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t s) {
   using Cfg = TileCfg<B, BM, BM / 16, 1, false, EXACT>;  // warpgroups: wgmma on sm_90a
   ORCHID_TRY(allow_smem(kernel_gemm<Cfg>, Cfg::kSmem, "gemm"));
-  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(), gemm_stagger_enabled()};
+  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(),
+                        gemm_consumer_dequant_enabled()};
   const dim3 grid = order.grid((p.m + BM - 1) / BM, (p.w.rows + Cfg::BN - 1) / Cfg::BN);
   kernel_gemm<Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(group_of(p), p.w.cols, sb_shift, lo, 0,
                                                            order, ATmaMaps{});
@@ -175,7 +177,8 @@ Status launch_ws(GemmGroup g, int64_t lo, cudaStream_t s) {
   for (int j = 0; j < g.n; ++j)
     g.tiles0[j + 1] = g.tiles0[j] + (g.p[j].w.rows + Cfg::BN - 1) / Cfg::BN;
   const GemmParams& p = g.p[0];
-  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(), gemm_stagger_enabled()};
+  const TileOrder order{gemm_n_first_enabled(), gemm_half_tiles_enabled(),
+                        gemm_consumer_dequant_enabled()};
   const int64_t tiles = int64_t((p.m + Cfg::BM - 1) / Cfg::BM) * g.tiles0[g.n];
   const int sums_lo = Cfg::kScaled ? group_sums_half(p.w.cols) : 0;
   ATmaMaps tma;
@@ -416,11 +419,11 @@ bool gemm_half_tiles_enabled() {
 void set_gemm_half_tiles_enabled(bool on) {
   g_half_tiles.store(on, std::memory_order_relaxed);
 }
-bool gemm_stagger_enabled() {
-  return g_stagger.load(std::memory_order_relaxed);
+bool gemm_consumer_dequant_enabled() {
+  return g_consumer_dequant.load(std::memory_order_relaxed);
 }
-void set_gemm_stagger_enabled(bool on) {
-  g_stagger.store(on, std::memory_order_relaxed);
+void set_gemm_consumer_dequant_enabled(bool on) {
+  g_consumer_dequant.store(on, std::memory_order_relaxed);
 }
 
 bool gemm_group_enabled() {

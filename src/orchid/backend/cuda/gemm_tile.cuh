@@ -117,14 +117,14 @@ struct TileCfg {
   // B [BN + 8, 64] fp16 (the fold: the codes, 8 rows of ones for A's row sums, then one (scale,
   // bias) word per B row, padded to 1024 bytes: 50 KB, four stages; scaled: s·(q − 8) in 256
   // rows, 64 KB, or 48 without A_lo, three stages); a ring of kWsStages steps of raw B units (4 KB
-  // each, scaled 8 KB + the step's (scale, bias) word per row); A's row pointers (scaled: and its
-  // group sums' rows), two tables each; a full and an empty mbarrier per stage. 217 KB (scaled
-  // exact: 223 KB).
+  // each, scaled 8 KB + the step's (scale, bias) word and its matrix's 2^code_exp per row); A's
+  // row pointers (scaled: and its group sums' rows), two tables each; a full and an empty
+  // mbarrier per stage. 217 KB (scaled exact: 226 KB).
   static constexpr int kWsStages = kScaled ? 3 : 4;
   static constexpr int kWsBRows = kScaled ? BN : BN + 8;
   static constexpr int kWsB = kABytes, kWsSb = kWsB + kWsBRows * kTileRowB;
   static constexpr int kWsStageBytes = (kWsSb + (kScaled ? 0 : BN * 4) + 1023) / 1024 * 1024;
-  static constexpr int kWsRawSlot = kRawBytes + (kScaled ? BN * 4 : 0);
+  static constexpr int kWsRawSlot = kRawBytes + (kScaled ? BN * 8 : 0);
   static constexpr int kWsRaw = kWsStages * kWsStageBytes,
                        kWsRows = kWsRaw + kWsStages * kWsRawSlot;
   static constexpr int kWsRowTables = kScaled ? 4 : 2;
@@ -180,12 +180,12 @@ struct TileCfg {
 // A's row tile, read from DRAM about once, while W (a dense matrix's 1-13 MB, an expert's 0.5-1
 // MB) stays in L2. And for the warp-specialised tiles (gemm_ws.cuh's ws_persistent): half_tiles
 // (ORCHID_HALF_TILES) gives a tile of at most 64 rows to one consumer warpgroup, the other passing
-// its stages on; stagger (ORCHID_WG_STAGGER, scaled codes) starts the second consumer warpgroup a
-// step behind the first, so that their epilogues do not coincide.
+// its stages on; consumer_dequant (ORCHID_CONSUMER_DEQUANT, scaled codes) has the consumer
+// warpgroups convert each k-step's weight codes into B, not the producer (gemm_ws.cuh).
 struct TileOrder {
   bool n_first = false;
   bool half_tiles = false;
-  bool stagger = false;
+  bool consumer_dequant = false;
   __host__ dim3 grid(int row_tiles, int col_tiles) const {
     return n_first ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
   }

@@ -41,6 +41,15 @@
 // [64·b'_hi | 64·b'_lo]·2^code_exp of its groups, which the producer derives from the (scale,
 // bias) words, so Σ R·B adds Σ_g b'·Σ_{k∈g} A. Without A_lo (the fp16 path) every step takes
 // A_hi alone. docs/perf-notes.md has the measurements (session 13).
+// Consumer dequant (ORCHID_CONSUMER_DEQUANT; the default): a per-instruction profile (session 15)
+// found the consumers waiting on full stages about half their time while the producer, one warp a
+// scheduler issuing ~600-850 instructions a k-step (the conversion ~400 of them), barely waited.
+// So the producer only copies (a step's raw units and words travel with its A onto the full
+// barrier, beside each row's 2^code_exp), and each of the 256 consumer threads converts one B row
+// of the step (ws_consumer_convert) while the tensor cores still run the step before; named
+// barrier 2 joins the two warpgroups before either multiplies. The bias steps stay the
+// producer's. It gained less than the waits promised (perf-notes, session 15): the consumers'
+// ~330 instructions a step now set the pace.
 // Steps g count a block's k-steps over all its tiles (stages, raw slots and barrier phases).
 // Deadlock-free for any k-step count nk ≥ 1: the consumers wait for full(g) in order and hold at
 // most two stages (g folding or in flight, g + 1 in flight); the producer waits for empty(g) only
@@ -78,6 +87,10 @@ struct WsSmem {
   // Scaled: step ks's (scale, bias) word of B row t, copied with its raw units.
   __device__ __forceinline__ static int raw_sb(int ks, int t) {
     return raw(ks) + Cfg::kRawBytes + 4 * t;
+  }
+  // Scaled, consumer_dequant: 2^code_exp (fp32) of B row t's matrix, stored by the producer.
+  __device__ __forceinline__ static int raw_f(int ks, int t) {
+    return raw(ks) + Cfg::kRawBytes + 4 * Cfg::BN + 4 * t;
   }
   __device__ __forceinline__ uint32_t full(int ks) const {
     return base + Cfg::kWsBars + 8 * (ks % S);
@@ -157,6 +170,34 @@ __device__ __forceinline__ uint32_t bias_col(const uint32_t* sb, int e, int n_gr
   return __half_as_ushort(lo ? l : h);
 }
 
+// B row r of step g's stage as the fp16 values s·(q − 8)·f (f = 2^code_exp of the row's matrix)
+// from the row's raw units and (scale, bias) word in the ring: 8 conflict-free 16-byte stores.
+template <class Cfg>
+__device__ __forceinline__ void ws_convert_row(const WsSmem<Cfg>& sm, int g, int r, float f) {
+  constexpr int kUnitBytes = Cfg::BN * 16;
+  char* const bt = sm.p + WsSmem<Cfg>::stage(g) + Cfg::kWsB;
+  const __half2 s2 =
+      __float2half2_rn(f * bf16_lo(*reinterpret_cast<const uint32_t*>(sm.p + sm.raw_sb(g, r))));
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(sm.p + sm.raw(g) + u * kUnitBytes + 16 * r);
+    uint4 c[4];
+    q4_unit_scaled(raw, s2, c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<uint4*>(bt + tile_off(r, 4 * u + i)) = c[i];
+  }
+}
+
+// consumer_dequant: consumer thread ct (of the two consumer warpgroups' 256) converts B row ct
+// of step g once the stage is full; the tile is whole once both warpgroups passed barrier 2.
+template <class Cfg>
+__device__ __forceinline__ void ws_consumer_convert(const WsSmem<Cfg>& sm, int g, int ct) {
+  static_assert(Cfg::BN == Cfg::kMmaThreads, "a B row per consumer thread");
+  ws_convert_row(sm, g, ct, *reinterpret_cast<const float*>(sm.p + sm.raw_f(g, ct)));
+  fence_proxy_async();  // the generic-proxy stores, before the tensor cores read them
+  named_barrier_sync(2, Cfg::kMmaThreads);
+}
+
 // Producer thread t over one work item's k-steps [0, nk), the block's steps [g0, g0 + nk) (stages,
 // raw slots and barrier phases count the block's steps over all its items); A's rows in table
 // buf. Raw units: unit u (0, 1) of row t at raw(g) + u · 2048 + 16 t (a warp's copies and reads
@@ -220,11 +261,13 @@ __device__ __forceinline__ void ws_produce(const TileSrc<Cfg>& src, const WsSmem
 // The scaled-codes producer (ws_produce's schedule): k-steps [0, nk) multiply A (A_hi, and A_lo
 // when exact) by s·(q − 8); then nb (= src.sums_lo / 64) bias steps multiply A's group sums (their
 // hi block, and exact their lo block) by the bias columns (bias_col). Raw units and each step's
-// (scale, bias) word travel D steps ahead in the ring; a bias step's words are read from the row
-// itself (the steps before just brought them into L1).
+// (scale, bias) word travel D steps ahead in the ring, converted here; or (cd: consumer_dequant)
+// with the step's A, onto its full barrier, beside each row's 2^code_exp, for the consumers to
+// convert. A bias step's words are read from the row itself (the steps before just brought them
+// into L1), converted here either way.
 template <class Cfg>
 __device__ __forceinline__ void ws_produce_scaled(const TileSrc<Cfg>& src, const WsSmem<Cfg>& sm,
-                                                  int t, int nk, int nb, int g0, int buf) {
+                                                  int t, int nk, int nb, int g0, int buf, bool cd) {
   constexpr int S = Cfg::kWsStages, D = S - 1, P = Cfg::kPasses;
   constexpr int R = Cfg::kUnitsPerThread;  // B rows t + 128 p, p < R
   constexpr int kUnitBytes = Cfg::BN * 16;
@@ -241,10 +284,11 @@ __device__ __forceinline__ void ws_produce_scaled(const TileSrc<Cfg>& src, const
       cp_async4(sm.base + sm.raw_sb(g0 + ks, r), sb ? sb + ks : sb, sb != nullptr);
     }
   };
-  for (int ks = 0; ks < D; ++ks) {
-    if (ks < nk) copy_raw(ks);
-    cp_async_commit();
-  }
+  if (!cd)
+    for (int ks = 0; ks < D; ++ks) {
+      if (ks < nk) copy_raw(ks);
+      cp_async_commit();
+    }
   for (int ks = 0; ks < nk + nb; ++ks) {
     const int g = g0 + ks, j = ks - nk;  // j ≥ 0: bias step j
     if (g >= S) mbar_wait(sm.empty(g), (g / S - 1) & 1);
@@ -275,28 +319,26 @@ __device__ __forceinline__ void ws_produce_scaled(const TileSrc<Cfg>& src, const
           cp_async16(st + Cfg::kATileBytes + tile_off(r, ch), a ? a + lo + c0 : a, a != nullptr);
       }
     }
+    if (cd && j < 0) {
+      copy_raw(ks);
+#pragma unroll
+      for (int p = 0; p < R; ++p)
+        *reinterpret_cast<float*>(sm.p + sm.raw_f(g, t + 128 * p)) = src.b_scale[p];
+    }
     cp_async_mbar_arrive(sm.full(g));
-    if (ks + D < nk) copy_raw(ks + D);
-    cp_async_commit();
+    if (!cd) {
+      if (ks + D < nk) copy_raw(ks + D);
+      cp_async_commit();
+      if (j < 0) cp_async_wait<D>();  // the group that holds step ks's raw units and words
+    }
     char* const bt = sm.p + sm.stage(g) + Cfg::kWsB;
-    if (j < 0) cp_async_wait<D>();  // the group that holds step ks's raw units and words
 #pragma unroll
     for (int p = 0; p < R; ++p) {
       const int r = t + 128 * p;
       const uint32_t* const sb = src.sb[p];
       const float f = src.b_scale[p];
       if (j < 0) {
-        const __half2 s2 = __float2half2_rn(
-            f * bf16_lo(*reinterpret_cast<const uint32_t*>(sm.p + sm.raw_sb(g, r))));
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const uint4 raw =
-              *reinterpret_cast<const uint4*>(sm.p + sm.raw(g) + u * kUnitBytes + 16 * r);
-          uint4 c[4];
-          q4_unit_scaled(raw, s2, c);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) *reinterpret_cast<uint4*>(bt + tile_off(r, 4 * u + i)) = c[i];
-        }
+        if (!cd) ws_convert_row(sm, g, r, f);
       } else if (nk % 8 == 0) {
         // Whole groups of 8 a chunk (the model's K: 512, 2048, 4096): each chunk's 8 words are
         // two 16-byte loads, two chunks in flight at a time.
@@ -328,20 +370,26 @@ __device__ __forceinline__ void ws_produce_scaled(const TileSrc<Cfg>& src, const
   cp_async_wait_all();
 }
 
-// The scaled codes' consumer warpgroup w (thread ct of it): rows [64w, 64w + 64) of the tile, all
-// BN = 256 columns, one accumulator set that every k-step's products add to (m64n256k16, the
-// tensor cores' fp32 sums): no fold, so nothing waits between steps but the stage release — step
-// ks + 1's products are issued, then step ks's stage freed once its products are in.
+// The scaled codes' consumer warpgroup w: rows [64w, 64w + 64) of the tile, all BN = 256
+// columns, one accumulator set that every k-step's products add to (m64n256k16, the tensor cores'
+// fp32 sums): no fold, so nothing waits between steps but the stage release — step ks + 1's
+// products are issued, then step ks's stage freed once its products are in. With cd
+// (consumer_dequant) each of the first nk_codes steps' B tile is converted by the consumers first
+// (ws_consumer_convert, a row a thread), while step ks - 1's products are still in the tensor
+// cores.
 template <class Cfg>
 struct WsChainConsumer {
   const WsSmem<Cfg>& sm;
-  int nk, lane;            // nk: the item's k-steps, its bias steps included
+  int nk, nk_codes, lane;  // nk: the item's k-steps, its bias steps included; nk_codes: without
+  int ct;                  // the thread among both consumer warpgroups' 256
+  bool cd;
   uint32_t rows;           // the warpgroup's first A row in a tile (bytes)
   int g0;                  // the block's step of this item's k-step 0
   float acc[Cfg::NJ * 4];  // C, in the wgmma (= mma C) layout of m64n256
 
   __device__ __forceinline__ void issue(int ks) {
     const WsStageDescs d = sm.await_stage(g0 + ks, rows);
+    if (cd && ks < nk_codes) ws_consumer_convert(sm, g0 + ks, ct);
     const uint64_t dh = d.hi, dl = d.lo, db = d.b;
     wgmma_fence();
 #pragma unroll
@@ -355,13 +403,10 @@ struct WsChainConsumer {
     __syncwarp();
     if (lane == 0) mbar_arrive(sm.empty(g0 + ks));
   }
-  // lead: warpgroup 1's first item with the stagger on; the other warpgroup starts once this
-  // one's first products are issued (named barrier 2).
-  __device__ __forceinline__ void run(bool lead = false) {
+  __device__ __forceinline__ void run() {
     zero(acc);  // defined operands for the first wgmma (which ignores them)
     fence_operands(acc);
     issue(0);
-    if (lead) named_barrier_arrive(2, Cfg::kMmaThreads);
     for (int ks = 1; ks < nk; ++ks) {
       issue(ks);
       wgmma_wait<1>();  // step ks - 1's products are in
@@ -376,12 +421,16 @@ struct WsChainConsumer {
 // A consumer warpgroup without rows in an item (a tile of at most 64 rows, ORCHID_HALF_TILES):
 // it takes each of the item's nk steps after the producer filled it and releases it at once, so
 // that the stages' barriers count its warps as ever, while the other warpgroup has the tensor
-// cores alone (a tile of 64 rows then takes about half a tile's time, not a whole one's).
+// cores alone (a tile of 64 rows then takes about half a tile's time, not a whole one's). With cd
+// it still converts its B rows of the first nk_codes steps (the other warpgroup multiplies them).
 template <class Cfg>
-__device__ __forceinline__ void ws_pass_stages(const WsSmem<Cfg>& sm, int nk, int g0, int lane) {
+__device__ __forceinline__ void ws_pass_stages(const WsSmem<Cfg>& sm, int nk, int nk_codes, int g0,
+                                               int lane, int ct, bool cd) {
   for (int ks = 0; ks < nk; ++ks) {
     const int g = g0 + ks;
     mbar_wait(sm.full(g), (g / Cfg::kWsStages) & 1);
+    if constexpr (Cfg::kScaled)
+      if (cd && ks < nk_codes) ws_consumer_convert(sm, g, ct);
     __syncwarp();
     if (lane == 0) mbar_arrive(sm.empty(g));
   }
@@ -471,11 +520,9 @@ struct WsConsumer {
 // then work items w = blockIdx.x, + gridDim.x, … < n_work with rows: take(w) gives item w's A
 // rows (at most BM; 0 skips it, every thread deciding alike). With half_tiles, a consumer
 // warpgroup whose 64 rows all lie past them passes the item's stages on (ws_pass_stages) and
-// stores nothing. With stagger (scaled codes), the second consumer warpgroup starts its first
-// item once the first has issued that item's first step: it then trails by about a step, so
-// that each one's epilogue falls while the other still multiplies (alone, at the tensor cores'
-// full rate) instead of both storing while the tensor cores idle. The lag cannot grow past the
-// stages (the producer refills a stage once both released it). Per item the producers fill their
+// stores nothing. With cd (consumer_dequant, scaled codes) the consumers convert the weight codes
+// of each k-step (the producer only copies; session 15 measured it bound by the conversion). Per
+// item the producers fill their
 // TileSrc (src_for(w, src): thread t's A row t, B row t) and run its k-steps as far ahead as the
 // stages allow — into the next item while the consumers still fold and store the last one — and the
 // consumers run the item's steps, then epilogue(w, acc) (acc[1][16][4]: the mma C layout of warp
@@ -483,7 +530,7 @@ struct WsConsumer {
 // codes: each item takes bias_steps more k-steps (its TileSrc's sums_lo / 64).
 template <class Cfg, class Take, class SrcFn, class Epilogue>
 __device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, int bias_steps,
-                                              bool half_tiles, bool stagger, Take&& take,
+                                              bool half_tiles, bool cd, Take&& take,
                                               SrcFn&& src_for, Epilogue&& epilogue) {
   if constexpr (!kHaveWgmma) {
     __trap();  // only the sm_90a build has this path: gemm_ws_enabled() checks the device
@@ -517,7 +564,7 @@ __device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, int
         if constexpr (Cfg::kScaled) sm.sum_rows(buf)[tid] = src.s;
         named_barrier_sync(1, Cfg::kProducerThreads);  // the item's row tables are complete
         if constexpr (Cfg::kScaled)
-          ws_produce_scaled<Cfg>(src, sm, tid, nk, bias_steps, g, buf);
+          ws_produce_scaled<Cfg>(src, sm, tid, nk, bias_steps, g, buf, cd);
         else
           ws_produce<Cfg>(src, sm, tid, nk, g, buf);
         g += steps, ++item;
@@ -525,27 +572,16 @@ __device__ __forceinline__ void ws_persistent(char* smem, int n_work, int k, int
     } else {
       setmaxnreg_inc<Sm::kConsumerRegs>();
       const int ct = tid - Cfg::kProducerThreads, first_row = ct / 128 * 64;
-      // Staggered: the first item (WG 1 always has rows in it) opens with WG 1 alone.
-      bool lead = false;
-      if (Cfg::kScaled && stagger) {
-        int w = blockIdx.x;
-        while (w < n_work && take(w) <= 0) w += gridDim.x;
-        if (w < n_work) {
-          if (first_row == 0)
-            lead = true;
-          else
-            named_barrier_sync(2, Cfg::kMmaThreads);
-        }
-      }
+      const bool conv = Cfg::kScaled && cd;
       for (int w = blockIdx.x; w < n_work; w += gridDim.x) {
         const int rows = take(w);
         if (rows <= 0) continue;
         if (half_tiles && rows <= first_row) {
-          ws_pass_stages(sm, steps, g, ct & 31);
+          ws_pass_stages(sm, steps, nk, g, ct & 31, ct, conv);
         } else if constexpr (Cfg::kScaled) {
-          WsChainConsumer<Cfg> c{sm, steps, ct & 31, uint32_t(first_row * kTileRowB), g, {}};
-          c.run(lead);
-          lead = false;
+          WsChainConsumer<Cfg> c{sm, steps, nk, ct & 31, ct, conv, uint32_t(first_row * kTileRowB),
+                                 g,  {}};
+          c.run();
           epilogue(w, reinterpret_cast<float(&)[1][Cfg::NJ][4]>(c.acc));
         } else {
           WsConsumer<Cfg> c{sm, steps, ct & 31, uint32_t(first_row * kTileRowB), g, {}};

@@ -77,10 +77,11 @@ void set_gemm_scaled_enabled(bool on);
 // Process-wide, default on; the backend sets it.
 bool gemm_half_tiles_enabled();
 void set_gemm_half_tiles_enabled(bool on);
-// Whether the scaled codes' second consumer warpgroup starts a step behind the first, so that
-// their epilogues fall apart (TileOrder::stagger). Process-wide, default on; the backend sets it.
-bool gemm_stagger_enabled();
-void set_gemm_stagger_enabled(bool on);
+// Whether the scaled codes' consumer warpgroups convert the weight codes of each k-step into
+// their B tile themselves (each B row one consumer thread's) instead of the producer warpgroup
+// (TileOrder::consumer_dequant). Process-wide, default on; the backend sets it.
+bool gemm_consumer_dequant_enabled();
+void set_gemm_consumer_dequant_enabled(bool on);
 // Whether a launch of m rows whose products have tiles256 column tiles of 256 in all fills the GPU
 // on the scaled codes' 128 × 256 tiles (a tile an SM at least). The prefill gives smaller
 // launches no group sums, so they keep the fold's 128 × 128 tiles, twice as many (H200, 512
