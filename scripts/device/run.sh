@@ -35,7 +35,7 @@
 #   ncu-source NAME:SKIP:COUNT,...: PC-sampled warp stalls per SASS instruction (the source page)
 #        of COUNT launches of kernel NAME after SKIP of its launches in an 8K-prompt prefill (the
 #        256-token warm-up comes first), as $OUT/ncu-source-NAME.csv (xz) beside the summary
-#        sections in $OUT/ncu-source.txt
+#        sections in $OUT/ncu-source.txt and scripts/device/stalls.py's in ncu-source-summary.txt
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -44,6 +44,8 @@ contexts="${2:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}"
 out="${OUT:-/tmp/orchid-out}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$root/.device/lib:${LD_LIBRARY_PATH:-}"
+# The binaries' commit for the bench JSONs (pack.sh; commands outside this script export it too).
+[[ -f "$root/.device/commit" ]] && export ORCHID_COMMIT="$(cat "$root/.device/commit")"
 bin="$root/.device/bin"
 for f in "$bin"/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -187,10 +189,10 @@ if [[ "$what" == ncu-source ]]; then
     ncu -i "$out/rep-$k.ncu-rep" --page source --print-source sass --csv \
       > "$out/ncu-source-$k.csv" 2>> "$out/ncu-source.log" || status=1
     rm -f "$out/rep-$k.ncu-rep"
+    python3 scripts/device/stalls.py "$out/ncu-source-$k.csv" 12 >> "$out/ncu-source-summary.txt"
     xz -T4 "$out/ncu-source-$k.csv"
   done
-  grep -E "^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|Warp Cycles Per Issued|Issued Ipc" \
-    "$out/ncu-source.txt" | head -40
+  grep -E "^==|reasons|mbarrier" "$out/ncu-source-summary.txt"
 fi
 if [[ "$what" == lab ]]; then
   "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1

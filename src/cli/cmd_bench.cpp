@@ -3,6 +3,7 @@
 // them (cmd_bench_plot.cpp).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -30,6 +31,13 @@ std::string run_command(const char* cmd) {
   }
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   return out;
+}
+
+// The commit the binary was built from: $ORCHID_COMMIT where the build script recorded it (the GPU
+// machine's copy of the tree has no up-to-date git history), else the checkout's HEAD.
+std::string source_commit() {
+  if (const char* c = std::getenv("ORCHID_COMMIT"); c && *c) return c;
+  return run_command("git rev-parse HEAD 2>/dev/null");
 }
 
 std::string cpu_model() {
@@ -86,7 +94,7 @@ int bench_synthetic(const std::string& what, const std::string& name,
     j->update(*p);
   }
   (*j)["what"] = "orchid bench " + what + " --synthetic " + name;
-  (*j)["commit"] = run_command("git rev-parse HEAD 2>/dev/null");
+  (*j)["commit"] = source_commit();
   (*j)["date"] = run_command("date -u +%Y-%m-%dT%H:%M:%SZ");
   (*j)["backend"] = "cuda";
   (*j)["model"] = "synthetic " + name + " (MLX affine 4-bit group 64, router 8-bit)";
@@ -194,7 +202,7 @@ void add_bench(CLI::App& app, int& exit_code) {
     }
     if (args->out.empty()) return;
     nlohmann::json j = {{"what", "orchid bench " + args->what},
-                        {"commit", run_command("git rev-parse HEAD 2>/dev/null")},
+                        {"commit", source_commit()},
                         {"date", run_command("date -u +%Y-%m-%dT%H:%M:%SZ")},
                         {"machine",
                          {{"cpu", cpu_model()},
