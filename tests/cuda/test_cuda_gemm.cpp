@@ -205,6 +205,8 @@ using ScaledMode = SwitchMode<cuda::gemm_scaled_enabled, cuda::set_gemm_scaled_e
 using HalfTilesMode = SwitchMode<cuda::gemm_half_tiles_enabled, cuda::set_gemm_half_tiles_enabled>;
 using ConsumerDequantMode =
     SwitchMode<cuda::gemm_consumer_dequant_enabled, cuda::set_gemm_consumer_dequant_enabled>;
+// The dense scaled-code GEMMs on the swapped tiles (gemm_rs.cuh).
+using RsMode = SwitchMode<cuda::gemm_rs_enabled, cuda::set_gemm_rs_enabled>;
 // The tiles' grid order (gemm_tile.cuh's TileOrder: column tiles first when on); A by the copy
 // engine; the warp-specialised tiles persistent (one block an SM).
 using OrderMode = SwitchMode<cuda::gemm_n_first_enabled, cuda::set_gemm_n_first_enabled>;
@@ -547,6 +549,35 @@ TEST(CudaGemmScaled, MatchesReference) {
   run_gemm({DevFormat::q4, 130, 320, 512, 64, 0, Add::separate, true, true, true, true});
 }
 
+// The swapped tiles (gemm_rs.cuh: the weights as wgmma's register operand, Cᵀ = W · Xᵀ) on the
+// cases above where they take them (A by the copy engine), exact and on A_hi alone, and persistent
+// blocks of several items (M = 2,100 and 1,000); they must have taken every launch. The split
+// router's column pairs and grouped products take them in CudaGemmExact's tests below.
+TEST(CudaGemmScaled, SwappedTilesMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  {
+    WsMode on(true);
+    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
+  }
+  const ScaledMode scaled(true);
+  const TmaAMode tma(true);
+  const RsMode rs(true);
+  const int64_t before = cuda::gemm_rs_launches();
+  int cases = 0;
+  const auto run = [&](const GemmCase& cs) { run_gemm(cs), ++cases; };
+  for (bool exact : {true, false}) {
+    for (int m : {1, 7, 65, 130, 257})
+      for (int k : {64, 512, 4096})
+        run({DevFormat::q4, m, 192, k, 64, 8, Add::none, true, exact, true, true});
+    for (int k : {128, 192, 320, 2048})
+      run({DevFormat::q4, 130, 320, k, 64, 0, Add::separate, true, exact, true, true});
+    run({DevFormat::q4, 257, 2048, 2048, 64, 0, Add::in_place, true, exact, true, true});
+    run({DevFormat::q4, 2100, 4096, 256, 64, 0, Add::none, true, exact, true, true});
+    run({DevFormat::q4, 1000, 1500, 320, 64, 8, Add::separate, true, exact, true, true});
+  }
+  EXPECT_GE(cuda::gemm_rs_launches() - before, cases) << "launches the swapped tiles did not take";
+}
+
 // The cases above pass on the fold too; here the same launch with the sums, scaled codes on and
 // off: both within the exact bound of each other's sums (2 · 2^-20 of Σ|x|(|s·q| + |b|), via
 // run_gemm's bound on each), but not the same bits — the forms sum in different orders, so equal
@@ -713,9 +744,11 @@ TEST(CudaGemmExact, SplitQ8HalvesMatchQ8) {
     DevBuf<float> dc(size_t(m) * (n + 1));
     std::optional<DevBuf<uint16_t>> sums;
     group_sums(sums, da.get(), dlo.get(), m, k, k);
-    // The fold, then the scaled codes (the prefill's form).
-    for (bool scaled : {false, true}) {
-      SCOPED_TRACE(scaled ? "scaled codes" : "fold");
+    // The fold, then the scaled codes (the prefill's form), on their tiles and the swapped ones.
+    for (int form : {0, 1, 2}) {
+      const bool scaled = form > 0;
+      SCOPED_TRACE(form == 0 ? "fold" : form == 1 ? "scaled codes" : "scaled codes, swapped");
+      const RsMode rs(form == 2);
       ORCHID_CUDA_OK(cudaMemset(dc.get(), 0xff, dc.bytes()));
       cuda::GemmParams p;
       p.w = halves, p.a = da.get(), p.a_lo = dlo.get(), p.lda = k, p.m = m;
@@ -765,8 +798,10 @@ TEST(CudaGemmExact, GroupMatchesOneLaunchEach) {
   const std::array<int, 4> ns = {320, 32, 1024, 48};
   const ScaledMode scaled(true);
   for (int m : {1, 130, 700})
-    for (bool with_sums : {false, true}) {  // the fold, and the scaled codes
-      SCOPED_TRACE(testing::Message() << "M " << m << (with_sums ? " scaled codes" : " fold"));
+    for (int form : {0, 1, 2}) {  // the fold, the scaled codes, and those on the swapped tiles
+      const bool with_sums = form > 0;
+      const RsMode rs(form == 2);
+      SCOPED_TRACE(testing::Message() << "M " << m << " form " << form);
       const SplitRows a = random_split(m, k, k, rng);
       DevBuf<uint16_t> da(a.hi), dlo(a.lo);
       std::optional<DevBuf<uint16_t>> sums;

@@ -19,6 +19,11 @@ bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
 }
+// A switch that is off unless set to 1 or on.
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0);
+}
 
 }  // namespace
 
@@ -53,6 +58,7 @@ Switches Switches::from_env() {
   s.scaled_codes = !env_off("ORCHID_SCALED_CODES");
   s.half_tiles = !env_off("ORCHID_HALF_TILES");
   s.consumer_dequant = !env_off("ORCHID_CONSUMER_DEQUANT");
+  s.gemm_rs = env_on("ORCHID_GEMM_RS");
   s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   s.wgmma_attention = !env_off("ORCHID_WGMMA_ATTENTION");
   s.attn_pingpong = !env_off("ORCHID_ATTN_PINGPONG");

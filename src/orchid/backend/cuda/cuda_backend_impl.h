@@ -133,6 +133,7 @@ struct Switches {
   bool scaled_codes = true;
   bool half_tiles = true;
   bool consumer_dequant = true;
+  bool gemm_rs = false;
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;

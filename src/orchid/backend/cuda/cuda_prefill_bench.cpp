@@ -121,6 +121,7 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
                              {"scaled_codes", base.scaled_codes},
                              {"half_tiles", base.half_tiles},
                              {"consumer_dequant", base.consumer_dequant},
+                             {"gemm_rs", base.gemm_rs},
                              {"flash_prefill", base.flash_prefill},
                              {"wgmma_attention", base.wgmma_attention},
                              {"attn_pingpong", base.attn_pingpong},
@@ -193,6 +194,8 @@ Expected<nlohmann::json> cuda_prefill_bench(Backend& backend, const PrefillBench
         {"half_tiles_off", [](cuda::Switches& s) { s.half_tiles = false; }},
         // The scaled codes' weight codes converted by the producer warpgroup, not the consumers.
         {"consumer_dequant_off", [](cuda::Switches& s) { s.consumer_dequant = false; }},
+        // The dense scaled-code GEMMs on the swapped tiles (weights as the register operand).
+        {"gemm_rs_on", [](cuda::Switches& s) { s.gemm_rs = true; }},
         {"flash_prefill_off", [](cuda::Switches& s) { s.flash_prefill = false; }},
         // The mma.sync flash kernel instead of the wgmma one (the same where wgmma does not apply).
         {"wgmma_attention_off", [](cuda::Switches& s) { s.wgmma_attention = false; }},

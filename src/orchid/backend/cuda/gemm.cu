@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "orchid/backend/cuda/gemm_rs.cuh"
 #include "orchid/backend/cuda/gemm_ws.cuh"
 #include "orchid/backend/cuda/prefill_kernels.h"
 
@@ -26,6 +27,8 @@ std::atomic<bool> g_group{true};
 std::atomic<bool> g_scaled{true};
 std::atomic<bool> g_half_tiles{true};
 std::atomic<bool> g_consumer_dequant{true};
+std::atomic<bool> g_rs{false};
+std::atomic<int64_t> g_rs_launches{0};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
@@ -142,6 +145,81 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
+// The swapped tiles (gemm_rs.cuh) over g's scaled products, A (X: hi, lo when EXACT, and its
+// group sums) by the copy engine: item w of TileWork, its column tile one of product
+// g.which(col)'s 256 features; C = (W · Xᵀ)ᵀ · 2^-code_exp (+ add), or the column pairs' sums.
+template <bool EXACT>
+__global__ void __launch_bounds__(RsCfg<EXACT>::kThreads, 1)
+    kernel_gemm_rs(const __grid_constant__ GemmGroup g, int k, int sums_lo, bool n_first,
+                   const __grid_constant__ ATmaMaps tma) {
+  using Cfg = RsCfg<EXACT>;
+  extern __shared__ __align__(1024) char smem[];
+  const int tid = threadIdx.x, sb_stride = k / kTileK;  // a (scale, bias) word a group of 64
+  const TileWork work{n_first, (g.p[0].m + Cfg::BM - 1) / Cfg::BM, g.tiles0[g.n]};
+  // Item w's product and its first feature.
+  const auto product = [&](int w, int& n0) -> const GemmParams& {
+    const int col = work.col(w), j = g.which(col);
+    n0 = (col - g.tiles0[j]) * Cfg::BN;
+    return g.p[j];
+  };
+  const auto sb_row = [&](const GemmParams& p, int r) -> const uint32_t* {
+    return r < p.w.rows ? p.w.sb + int64_t(r) * sb_stride : nullptr;
+  };
+  rs_persistent<Cfg>(
+      smem, work.row_tiles * work.col_tiles, k, sums_lo / kTileK,
+      [&](int w) { return min(g.p[0].m - work.row(w) * Cfg::BM, Cfg::BM); },
+      [&](int w, RsSrc& src) {
+        int n0;
+        const GemmParams& p = product(w, n0);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int r = n0 + tid + 128 * q;
+          src.b[q] =
+              r < p.w.rows ? static_cast<const uint4*>(p.w.w) + int64_t(r) * p.w.units : nullptr;
+          src.sb[q] = sb_row(p, r);
+        }
+        src.x_map = tma.map, src.sums_lo = sums_lo;
+        src.x_row = tid == 0 ? work.row(w) * Cfg::BM : -1;
+      },
+      [&](int w, int ct, RsRows& rows) {
+        int n0;
+        const GemmParams& p = product(w, n0);
+        rows.f = ldexpf(1.f, p.w.code_exp);
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            rows.sb[b][h] = sb_row(p, n0 + 128 * (ct / 128) + 64 * b + wgmma_frag_row(ct % 128, h));
+      },
+      [&](int w, int ct, const float(&acc)[2][64]) {
+        int n0;
+        const GemmParams& p = product(w, n0);
+        const int m0 = work.row(w) * Cfg::BM, t = ct % 128;
+        const float f = ldexpf(1.f, -p.w.code_exp);
+    // A store instruction covers 8 consecutive features of 4 tokens (32-byte sectors).
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int feat = n0 + 128 * (ct / 128) + 64 * b + wgmma_frag_row(t, h);
+#pragma unroll
+            for (int r = 0; r < 32; ++r) {  // register 4j + 2h + e: token 8j + 2 (t % 4) + e
+              const int reg = 4 * (r / 2) + 2 * h + r % 2;
+              const int row = m0 + wgmma_acc_col(t, reg);
+              const float v = f * acc[b][reg];
+              if (p.pair_sum) {  // features 2i, 2i + 1: lanes 4 apart (even feature first)
+                const float o = __shfl_xor_sync(0xffffffffu, v, 4);
+                if (feat % 2 == 0 && row < p.m && feat < p.w.rows)
+                  p.c[int64_t(row) * p.ldc + feat / 2] = v + o;
+              } else if (row < p.m && feat < p.w.rows) {
+                const int64_t at = int64_t(row) * p.ldc + feat;
+                p.c[at] = v + (p.add ? p.add[at] : 0.f);
+              }
+            }
+          }
+      });
+}
+
 GemmGroup group_of(const GemmParams& p) {
   GemmGroup g;
   g.p[0] = p, g.n = 1, g.tiles0[1] = (p.w.rows + 127) / 128;
@@ -189,6 +267,28 @@ Status launch_ws(GemmGroup g, int64_t lo, cudaStream_t s) {
   return last_launch("gemm");
 }
 
+// The swapped tiles for g's scaled products (gemm_rs.cuh), where A comes by the copy engine;
+// false in *taken when it does not (the caller runs the scaled tiles).
+template <bool EXACT>
+Status launch_rs(GemmGroup g, bool* taken, cudaStream_t s) {
+  using Cfg = RsCfg<EXACT>;
+  *taken = false;
+  const GemmParams& p = g.p[0];
+  const int sums_lo = group_sums_half(p.w.cols);
+  ATmaMaps tma;
+  ORCHID_TRY(encode_a_maps(tma, p.a, p.a_lo, p.m, p.w.cols, p.lda, p.a_sums, 2 * sums_lo));
+  if (!tma.on) return {};
+  ORCHID_TRY(allow_smem(kernel_gemm_rs<EXACT>, Cfg::kSmem, "gemm"));
+  for (int j = 0; j < g.n; ++j)
+    g.tiles0[j + 1] = g.tiles0[j] + (g.p[j].w.rows + Cfg::BN - 1) / Cfg::BN;
+  const int64_t tiles = int64_t((p.m + Cfg::BM - 1) / Cfg::BM) * g.tiles0[g.n];
+  kernel_gemm_rs<EXACT><<<ws_grid(tiles), Cfg::kThreads, Cfg::kSmem, s>>>(
+      g, p.w.cols, sums_lo, gemm_n_first_enabled(), tma);
+  *taken = true;
+  ++g_rs_launches;
+  return last_launch("gemm");
+}
+
 // Which warp-specialised form takes g (its products q4 in groups of 64, sharing A; an sm_90a
 // device): the scaled codes where they are on and A's group sums come with it, else the fold for
 // the exact path, else none.
@@ -202,9 +302,15 @@ WsForm ws_form(const GemmGroup& g) {
   return p.a_lo ? WsForm::fold : WsForm::none;
 }
 Status launch_ws_form(const GemmGroup& g, WsForm form, int64_t lo, cudaStream_t s) {
-  if (form == WsForm::scaled)
+  if (form == WsForm::scaled) {
+    if (gemm_rs_enabled()) {
+      bool taken = false;
+      ORCHID_TRY(g.p[0].a_lo ? launch_rs<true>(g, &taken, s) : launch_rs<false>(g, &taken, s));
+      if (taken) return {};
+    }
     return g.p[0].a_lo ? launch_ws<WsScaledCfg<true>>(g, lo, s)
                        : launch_ws<WsScaledCfg<false>>(g, 0, s);
+  }
   return launch_ws<WsCfg>(g, lo, s);
 }
 bool ws_takes(const GemmParams& p) {
@@ -418,6 +524,15 @@ bool gemm_half_tiles_enabled() {
 }
 void set_gemm_half_tiles_enabled(bool on) {
   g_half_tiles.store(on, std::memory_order_relaxed);
+}
+bool gemm_rs_enabled() {
+  return g_rs.load(std::memory_order_relaxed);
+}
+void set_gemm_rs_enabled(bool on) {
+  g_rs.store(on, std::memory_order_relaxed);
+}
+int64_t gemm_rs_launches() {
+  return g_rs_launches.load(std::memory_order_relaxed);
 }
 bool gemm_consumer_dequant_enabled() {
   return g_consumer_dequant.load(std::memory_order_relaxed);

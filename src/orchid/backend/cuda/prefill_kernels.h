@@ -82,6 +82,13 @@ void set_gemm_half_tiles_enabled(bool on);
 // (TileOrder::consumer_dequant). Process-wide, default on; the backend sets it.
 bool gemm_consumer_dequant_enabled();
 void set_gemm_consumer_dequant_enabled(bool on);
+// Whether the dense scaled-code GEMMs run on the swapped tiles (gemm_rs.cuh: the weights as
+// wgmma's register operand, Cᵀ = W · Xᵀ) where A comes by the copy engine, instead of the scaled
+// tiles. Process-wide, default off (being measured); the backend sets it.
+bool gemm_rs_enabled();
+void set_gemm_rs_enabled(bool on);
+// Launches the swapped tiles have taken in this process (for the tests: that they ran).
+int64_t gemm_rs_launches();
 // Whether a launch of m rows whose products have tiles256 column tiles of 256 in all fills the GPU
 // on the scaled codes' 128 × 256 tiles (a tile an SM at least). The prefill gives smaller
 // launches no group sums, so they keep the fold's 128 × 128 tiles, twice as many (H200, 512
