@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 }
 
 // The swapped tiles (gemm_rs.cuh) over g's scaled products, A (X: hi, lo when EXACT, and its
-// group sums) by the copy engine: item w of TileWork, its column tile one of product
-// g.which(col)'s 256 features; C = (W · Xᵀ)ᵀ · 2^-code_exp (+ add), or the column pairs' sums.
+// group sums) by the copy engine: item w of TileWork (256 tokens), its column tile one of product
+// g.which(col)'s 128 features; C = (W · Xᵀ)ᵀ · 2^-code_exp (+ add), or the column pairs' sums.
 template <bool EXACT>
 __global__ void __launch_bounds__(RsCfg<EXACT>::kThreads, 1)
     kernel_gemm_rs(const __grid_constant__ GemmGroup g, int k, int sums_lo, bool n_first,
@@ -171,13 +171,9 @@ __global__ void __launch_bounds__(RsCfg<EXACT>::kThreads, 1)
       [&](int w, RsSrc& src) {
         int n0;
         const GemmParams& p = product(w, n0);
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const int r = n0 + tid + 128 * q;
-          src.b[q] =
-              r < p.w.rows ? static_cast<const uint4*>(p.w.w) + int64_t(r) * p.w.units : nullptr;
-          src.sb[q] = sb_row(p, r);
-        }
+        const int r = n0 + tid;
+        src.b = r < p.w.rows ? static_cast<const uint4*>(p.w.w) + int64_t(r) * p.w.units : nullptr;
+        src.sb = sb_row(p, r);
         src.x_map = tma.map, src.sums_lo = sums_lo;
         src.x_row = tid == 0 ? work.row(w) * Cfg::BM : -1;
       },
@@ -186,37 +182,33 @@ __global__ void __launch_bounds__(RsCfg<EXACT>::kThreads, 1)
         const GemmParams& p = product(w, n0);
         rows.f = ldexpf(1.f, p.w.code_exp);
 #pragma unroll
-        for (int b = 0; b < 2; ++b)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            rows.sb[b][h] = sb_row(p, n0 + 128 * (ct / 128) + 64 * b + wgmma_frag_row(ct % 128, h));
+        for (int h = 0; h < 2; ++h)
+          rows.sb[h] = sb_row(p, n0 + 64 * (ct / 128) + wgmma_frag_row(ct % 128, h));
       },
-      [&](int w, int ct, const float(&acc)[2][64]) {
+      [&](int w, int ct, const float(&acc)[128]) {
         int n0;
         const GemmParams& p = product(w, n0);
         const int m0 = work.row(w) * Cfg::BM, t = ct % 128;
         const float f = ldexpf(1.f, -p.w.code_exp);
     // A store instruction covers 8 consecutive features of 4 tokens (32-byte sectors).
 #pragma unroll
-        for (int b = 0; b < 2; ++b)
+        for (int h = 0; h < 2; ++h) {
+          const int feat = n0 + 64 * (ct / 128) + wgmma_frag_row(t, h);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int feat = n0 + 128 * (ct / 128) + 64 * b + wgmma_frag_row(t, h);
-#pragma unroll
-            for (int r = 0; r < 32; ++r) {  // register 4j + 2h + e: token 8j + 2 (t % 4) + e
-              const int reg = 4 * (r / 2) + 2 * h + r % 2;
-              const int row = m0 + wgmma_acc_col(t, reg);
-              const float v = f * acc[b][reg];
-              if (p.pair_sum) {  // features 2i, 2i + 1: lanes 4 apart (even feature first)
-                const float o = __shfl_xor_sync(0xffffffffu, v, 4);
-                if (feat % 2 == 0 && row < p.m && feat < p.w.rows)
-                  p.c[int64_t(row) * p.ldc + feat / 2] = v + o;
-              } else if (row < p.m && feat < p.w.rows) {
-                const int64_t at = int64_t(row) * p.ldc + feat;
-                p.c[at] = v + (p.add ? p.add[at] : 0.f);
-              }
+          for (int r = 0; r < 64; ++r) {  // register 4j + 2h + e: token 8j + 2 (t % 4) + e
+            const int reg = 4 * (r / 2) + 2 * h + r % 2;
+            const int row = m0 + wgmma_acc_col(t, reg);
+            const float v = f * acc[reg];
+            if (p.pair_sum) {  // features 2i, 2i + 1: lanes 4 apart (even feature first)
+              const float o = __shfl_xor_sync(0xffffffffu, v, 4);
+              if (feat % 2 == 0 && row < p.m && feat < p.w.rows)
+                p.c[int64_t(row) * p.ldc + feat / 2] = v + o;
+            } else if (row < p.m && feat < p.w.rows) {
+              const int64_t at = int64_t(row) * p.ldc + feat;
+              p.c[at] = v + (p.add ? p.add[at] : 0.f);
             }
           }
+        }
       });
 }
 

@@ -3,26 +3,25 @@
 // k-steps against A's group sums) computed as Cᵀ = W · Xᵀ, so that the weights are wgmma's
 // register operand instead of an fp16 tile in shared memory.
 //
-// Why: on the scaled tiles (gemm_ws.cuh) the converted B tile costs 32 KB a stage (three stages
-// fit), a pass of stores by some warp, a proxy fence and a barrier before the tensor cores may
-// read it; the per-instruction profile put the steps at ~4,000 cycles against ~2,200 of tensor
-// work. Here a stage holds only X (hi, and lo when exact: 128 tokens × 64, swizzled by TMA as the
-// A tiles there) and the step's raw codes and (scale, bias) words (42 KB: five stages), and each
-// consumer thread converts the codes of its A fragments straight into registers: a k16 slice's
-// fragment serves both passes, and its conversion overlaps the slices before it in the tensor
-// cores.
+// Why: on the scaled tiles (gemm_ws.cuh) the converted B tile costs 32 KB a stage, a pass of
+// stores by some warp, a proxy fence and a barrier before the tensor cores may read it, and the
+// per-instruction profile put the steps at ~4,000 cycles against ~2,200 of tensor work. Here a
+// stage holds X (hi, and lo when exact: 256 tokens × 64, swizzled by TMA in two boxes of 128
+// rows) and the step's raw codes and (scale, bias) words, and each consumer thread converts the
+// codes of its own A fragments straight into registers: a k16 slice's fragment serves both passes,
+// its conversion overlaps the slice before it in the tensor cores, and with 256 tokens a tile a
+// thread converts 32 codes a step (the scaled tiles' consumers: 64).
 //
-// A block of 384 threads, one an SM, walks the launch's items (128 tokens × 256 features, the
-// scaled tiles' items): warpgroup 0 the producer (TMA for X or the sums, cp.async for the raw
-// units and words of B rows t and t + 128), warpgroups 1 and 2 the consumers. Consumer warpgroup
-// c owns features [128c, 128c + 128) as two m64 blocks, every token as wgmma's n128: a thread's
-// accumulators acc[b] (m64n128, 64 fp32) hold Cᵀ rows (features) 128c + 64b + wgmma_frag_row and
-// columns (tokens) in the wgmma layout. Per k-step the stage's full barrier waits for the copies;
-// per k16 slice kk a thread makes A fragments of its four feature rows from bytes (lane % 4) of
-// the row's words 2kk and 2kk + 1 (q4_biased_pair, then (x − 1032)·s, exact), or in a bias step
-// from the rows' words (bias_col), then issues both m-blocks' products for each pass: one wgmma
-// group a slice, two fragment sets (a slice converts while the one before multiplies). A stage
-// is released once the groups of its four slices have retired.
+// A block of 384 threads, one an SM, walks the launch's items (256 tokens × 128 features):
+// warpgroup 0 the producer (TMA for X or its group sums, cp.async for B row t's raw units and
+// word), warpgroups 1 and 2 the consumers. Consumer warpgroup c owns features [64c, 64c + 64)
+// (wgmma's m64) and every token (n256): a thread's 128 accumulators hold Cᵀ rows (features)
+// 64c + wgmma_frag_row and columns (tokens) in the wgmma layout. Per k-step the consumers wait for
+// the stage's copies; per k16 slice kk a thread makes the A fragment of its two feature rows from
+// byte (lane % 4) of each row's words 2kk and 2kk + 1 (rs_code_pair, exact), or in a bias step
+// from the rows' (scale, bias) words (bias_col), then issues each pass's product: one wgmma group
+// a slice, two fragment sets (a slice converts while the one before multiplies). A stage goes back
+// once the groups of its four slices have retired.
 #pragma once
 
 #include "orchid/backend/cuda/gemm_ws.cuh"
@@ -33,35 +32,41 @@ template <bool EXACT>
 struct RsCfg {
   static constexpr bool kExact = EXACT;
   static constexpr int kPasses = EXACT ? 2 : 1;
-  static constexpr int BM = 128;  // tokens: X rows, C rows (wgmma's N)
-  static constexpr int BN = 256;  // features: W rows, C columns (2 warpgroups × 2 m64 blocks)
+  static constexpr int BM = 256;  // tokens: X rows, C rows (wgmma's N)
+  static constexpr int BN = 128;  // features: W rows, C columns (two warpgroups' m64)
   static constexpr int kProducerThreads = 128, kMmaThreads = 256;
   static constexpr int kThreads = kProducerThreads + kMmaThreads;
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 40 · 128 + 232 · 256 ≤ 65,536
-  static constexpr int kXTileBytes = BM * kTileRowB;             // 16 KB: X_hi, then X_lo
-  static constexpr int kUnitBytes = BN * 16;                     // unit u of all rows
-  static constexpr int kRaw = kPasses * kXTileBytes;  // unit u of row r: + u · 4 KB + 16 r
+  static constexpr int kXTileBytes = BM * kTileRowB;             // 32 KB: X_hi, then X_lo
+  static constexpr int kUnitBytes = BN * 16;                     // unit u of every row
+  static constexpr int kRaw = kPasses * kXTileBytes;  // unit u of row r: + u · 2 KB + 16 r
   static constexpr int kSb = kRaw + 2 * kUnitBytes;   // row r's word: + 4 r
   static constexpr int kStageBytes = (kSb + 4 * BN + 1023) / 1024 * 1024;
-  static constexpr int kStages = EXACT ? 5 : 8;
+  static constexpr int kStages = EXACT ? 3 : 6;  // 69 KB or 37 KB stages
   static constexpr int kBars = kStages * kStageBytes;
   static constexpr int kSmem = kBars + 2 * kStages * 8;
   static_assert(kSmem <= 227 * 1024, "more shared memory than a block may have");
-  static_assert(BM == kTmaATileRows, "a tensor map's box is the whole X tile");
+  static_assert(BM == 2 * kTmaATileRows, "an X tile is two of a tensor map's boxes");
+  static_assert(BN == kProducerThreads, "a B row per producer thread");
 };
 
-// d[64, 128] += A[64, 16] · B[128, 16]ᵀ, fp16: A from registers (wgmma_a_row / wgmma_a_col), B
+// d[64, 256] += A[64, 16] · B[256, 16]ᵀ, fp16: A from registers (wgmma_a_row / wgmma_a_col), B
 // K-major in shared memory; d ignored where !accumulate.
-__device__ __forceinline__ void wgmma_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4],
+__device__ __forceinline__ void wgmma_rs_m64n256k16(float (&d)[128], const uint32_t (&a)[4],
                                                     uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
       "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
       "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
       "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
-      "%63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      "%63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "
+      "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, "
+      "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "
+      "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, "
+      "%129, %130, %131}, "
+      "%132, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
@@ -71,27 +76,36 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16(float (&d)[64], const uint32
         "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
 #endif
 }
 
-// What the producer copies for one item: the B rows' raw units and words (thread t: rows t and
-// t + 128; null: past the matrix, zero-filled), and X (or its sums) by the copy engine from row
-// x_row (thread 0 alone: x_row ≥ 0).
+// What the producer copies for one item: its B row's raw units and word (thread t: row t; null:
+// past the matrix, zero-filled), and X (or its sums) by the copy engine from row x_row on (thread
+// 0 alone: x_row ≥ 0).
 struct RsSrc {
-  const uint4* b[2] = {};
-  const uint32_t* sb[2] = {};
+  const uint4* b = nullptr;
+  const uint32_t* sb = nullptr;
   const CUtensorMap* x_map = nullptr;  // X_hi, X_lo, then the sums' map
   int x_row = -1;
   int sums_lo = 0;  // elements from the sums' hi block to their lo block
 };
 
 // What a consumer thread needs of an item: 2^code_exp of its tile's matrix, and for bias steps
-// the (scale, bias) rows of its four features (null: past the matrix).
+// the (scale, bias) rows of its two features (null: past the matrix).
 struct RsRows {
   float f = 1.f;
-  const uint32_t* sb[2][2] = {};  // [m-block][upper]
+  const uint32_t* sb[2] = {};  // [upper]
 };
 
 template <class Cfg>
@@ -113,87 +127,85 @@ struct RsSmem {
 template <class Cfg>
 __device__ __forceinline__ void rs_produce(const RsSrc& src, const RsSmem<Cfg>& sm, int t, int nk,
                                            int nb, int g0) {
-  constexpr int S = Cfg::kStages, P = Cfg::kPasses;
+  constexpr int S = Cfg::kStages, P = Cfg::kPasses, kBox = Cfg::kXTileBytes / 2;
   for (int ks = 0; ks < nk + nb; ++ks) {
     const int g = g0 + ks, j = ks - nk;  // j ≥ 0: bias step j
     if (g >= S) mbar_wait(sm.empty(g), (g / S - 1) & 1);
     const uint32_t st = sm.base + sm.stage(g);
     if (src.x_row >= 0) {
       mbar_expect_tx(sm.full(g), P * Cfg::kXTileBytes);
-      if (j < 0) {
-        tma_load_2d(st, src.x_map, ks * kTileK, src.x_row, sm.full(g));
-        if constexpr (P == 2)
-          tma_load_2d(st + Cfg::kXTileBytes, src.x_map + 1, ks * kTileK, src.x_row, sm.full(g));
-      } else {
-        tma_load_2d(st, src.x_map + 2, j * kTileK, src.x_row, sm.full(g));
-        if constexpr (P == 2)
-          tma_load_2d(st + Cfg::kXTileBytes, src.x_map + 2, src.sums_lo + j * kTileK, src.x_row,
-                      sm.full(g));
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int row = src.x_row + kTmaATileRows * q;
+        if (j < 0) {
+          tma_load_2d(st + kBox * q, src.x_map, ks * kTileK, row, sm.full(g));
+          if constexpr (P == 2)
+            tma_load_2d(st + Cfg::kXTileBytes + kBox * q, src.x_map + 1, ks * kTileK, row,
+                        sm.full(g));
+        } else {
+          tma_load_2d(st + kBox * q, src.x_map + 2, j * kTileK, row, sm.full(g));
+          if constexpr (P == 2)
+            tma_load_2d(st + Cfg::kXTileBytes + kBox * q, src.x_map + 2, src.sums_lo + j * kTileK,
+                        row, sm.full(g));
+        }
       }
     }
-    if (j < 0)
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int r = t + 128 * p;
-        const uint4* const b = src.b[p];
-        cp_async16(st + Cfg::kRaw + 16 * r, b ? b + 2 * ks : b, b != nullptr);
-        cp_async16(st + Cfg::kRaw + Cfg::kUnitBytes + 16 * r, b ? b + 2 * ks + 1 : b, b != nullptr);
-        cp_async4(st + Cfg::kSb + 4 * r, src.sb[p] ? src.sb[p] + ks : src.sb[p],
-                  src.sb[p] != nullptr);
-      }
+    if (j < 0) {
+      const uint4* const b = src.b;
+      cp_async16(st + Cfg::kRaw + 16 * t, b ? b + 2 * ks : b, b != nullptr);
+      cp_async16(st + Cfg::kRaw + Cfg::kUnitBytes + 16 * t, b ? b + 2 * ks + 1 : b, b != nullptr);
+      cp_async4(st + Cfg::kSb + 4 * t, src.sb ? src.sb + ks : src.sb, src.sb != nullptr);
+    }
     cp_async_mbar_arrive(sm.full(g));
     mbar_arrive(sm.full(g));
   }
   cp_async_wait_all();
 }
 
-// Byte c of code word w (elements 2c, 2c + 1) as the fp16 pair s·(q − 8) (exact: gemm_ws.cuh).
-__device__ __forceinline__ uint32_t rs_code_pair(uint32_t w, int c, __half2 s) {
-  const __half2 x = bits_h2(q4_biased_pair(w, w >> 4, c));
-  return h2_bits(__hmul2(__hsub2(x, __float2half2_rn(1032.f)), s));
+// Byte c of code word w (elements 2c, 2c + 1) as the fp16 pair s·(q − 8), exact (gemm_ws.cuh):
+// sel = c · 0x101 puts the byte in bytes 0 and 2, the mask keeps its low nibble in the low half
+// (1024 + q) and its high one in bits 4-7 of the high half (1024 + 16 q); one fma by (1, 1/16)
+// and (−1032, −72) gives q − 8 in both, exact. Four instructions a pair.
+__device__ __forceinline__ uint32_t rs_code_pair(uint32_t w, uint32_t sel, __half2 s) {
+  const uint32_t x = (__byte_perm(w, 0, sel) & 0x00f0000fu) | 0x64006400u;
+  const __half2 q = __hfma2(bits_h2(x), __halves2half2(__float2half(1.f), __float2half(0.0625f)),
+                            __halves2half2(__float2half(-1032.f), __float2half(-72.f)));
+  return h2_bits(__hmul2(q, s));
 }
 
 // One consumer thread (ct of the 256) over an item's nk code steps and nb bias steps: the products
-// into acc[2][64] (m-block b: features 128 (ct / 128) + 64 b + wgmma_frag_row).
+// into acc (features 64 (ct / 128) + wgmma_frag_row, tokens in the wgmma layout).
 template <class Cfg>
 struct RsConsumer {
   const RsSmem<Cfg>& sm;
   const RsRows& rows;
   int nk, nb, g0, ct;
-  float acc[2][64];
+  float acc[128];
 
-  // The feature rows (within the tile) of m-block b, upper half h.
-  __device__ __forceinline__ int row(int b, int h) const {
-    return 128 * (ct / 128) + 64 * b + wgmma_frag_row(ct % 128, h);
+  // The feature row (within the tile) of upper half h.
+  __device__ __forceinline__ int row(int h) const {
+    return 64 * (ct / 128) + wgmma_frag_row(ct % 128, h);
   }
-  // A fragments of k16 slice kk of code step g: a[b] = rows (b, 0) and (b, 1), columns
-  // 16 kk + 2 (ct % 4) (+ 8).
-  __device__ __forceinline__ void code_frags(int g, int kk, const __half2 (&s)[2][2],
-                                             uint32_t (&a)[2][4]) const {
+  // The A fragment of k16 slice kk of code step g: rows (0, 1) × columns 16 kk + 2 (ct % 4) (+ 8).
+  __device__ __forceinline__ void code_frag(int g, int kk, const __half2 (&s)[2], uint32_t sel,
+                                            uint32_t (&a)[4]) const {
     const char* raw = sm.p + sm.stage(g) + Cfg::kRaw + (kk / 2) * Cfg::kUnitBytes + 8 * (kk % 2);
-    const int c = ct % 4;
 #pragma unroll
-    for (int b = 0; b < 2; ++b)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint2 w = *reinterpret_cast<const uint2*>(raw + 16 * row(b, h));
-        a[b][h] = rs_code_pair(w.x, c, s[b][h]);      // columns 2c, 2c + 1
-        a[b][2 + h] = rs_code_pair(w.y, c, s[b][h]);  // columns 8 + 2c, + 1
-      }
+    for (int h = 0; h < 2; ++h) {
+      const uint2 w = *reinterpret_cast<const uint2*>(raw + 16 * row(h));
+      a[h] = rs_code_pair(w.x, sel, s[h]);      // columns 2c, 2c + 1
+      a[2 + h] = rs_code_pair(w.y, sel, s[h]);  // columns 8 + 2c, + 1
+    }
   }
-  // A fragments of k16 slice kk of bias step j: the rows' bias columns (bias_col).
-  __device__ __forceinline__ void bias_frags(int j, int kk, uint32_t (&a)[2][4]) const {
+  // The A fragment of k16 slice kk of bias step j: the rows' bias columns (bias_col).
+  __device__ __forceinline__ void bias_frag(int j, int kk, uint32_t (&a)[4]) const {
     const int e = j * kTileK + 16 * kk + 2 * (ct % 4);
 #pragma unroll
-    for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t* sb = rows.sb[b][h];
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-          a[b][h + 2 * q] =
-              bias_col(sb, e + 8 * q, nk, rows.f) | bias_col(sb, e + 8 * q + 1, nk, rows.f) << 16;
-      }
+      for (int q = 0; q < 2; ++q)
+        a[h + 2 * q] = bias_col(rows.sb[h], e + 8 * q, nk, rows.f) |
+                       bias_col(rows.sb[h], e + 8 * q + 1, nk, rows.f) << 16;
   }
   __device__ __forceinline__ void release(int g) const {
     __syncwarp();
@@ -206,62 +218,58 @@ struct RsConsumer {
   __device__ __forceinline__ void run() {
     constexpr int P = Cfg::kPasses;
     const int steps = nk + nb;
-    uint32_t a[2][2][4];  // [set][m-block][register]
-    zero(acc[0]), zero(acc[1]);
-    fence_operands(acc[0]), fence_operands(acc[1]);
+    const uint32_t sel = 0x101u * uint32_t(ct % 4);
+    uint32_t a[2][4];  // [set][register]
+    zero(acc);
+    fence_operands(acc);
     int released = 0;  // the item's steps whose stages went back
     for (int ks = 0; ks < steps; ++ks) {
       const int g = g0 + ks;
       mbar_wait(sm.full(g), (g / Cfg::kStages) & 1);
-      __half2 s[2][2];
+      __half2 s[2];
       if (ks < nk)
 #pragma unroll
-        for (int b = 0; b < 2; ++b)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            s[b][h] =
-                __float2half2_rn(rows.f * bf16_lo(*reinterpret_cast<const uint32_t*>(
-                                              sm.p + sm.stage(g) + Cfg::kSb + 4 * row(b, h))));
+        for (int h = 0; h < 2; ++h)
+          s[h] = __float2half2_rn(rows.f * bf16_lo(*reinterpret_cast<const uint32_t*>(
+                                               sm.p + sm.stage(g) + Cfg::kSb + 4 * row(h))));
       const uint32_t x = sm.base + sm.stage(g);
       const uint64_t dh = wgmma_desc_k(x), dl = wgmma_desc_k(x + Cfg::kXTileBytes);
 #pragma unroll
       for (int kk = 0; kk < kTileK / 16; ++kk) {
         const int i = 4 * ks + kk;
-        uint32_t(&f)[2][4] = a[kk % 2];
+        uint32_t(&f)[4] = a[kk % 2];
         if (i >= 2) {
           wgmma_wait<1>();
-          fence_operands(acc[0]), fence_operands(acc[1]);
+          fence_operands(acc);
           for (; 4 * released + 3 <= i - 2; ++released) release(g0 + released);
         }
         if (ks < nk)
-          code_frags(g, kk, s, f);
+          code_frag(g, kk, s, sel, f);
         else
-          bias_frags(ks - nk, kk, f);
+          bias_frag(ks - nk, kk, f);
         wgmma_fence();
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          wgmma_rs_m64n128k16(acc[b], f[b], dh + 2 * kk, i > 0);
-          if constexpr (P == 2) wgmma_rs_m64n128k16(acc[b], f[b], dl + 2 * kk, true);
-        }
+        wgmma_rs_m64n256k16(acc, f, dh + 2 * kk, i > 0);
+        if constexpr (P == 2) wgmma_rs_m64n256k16(acc, f, dl + 2 * kk, true);
         wgmma_commit();
       }
     }
     wgmma_wait<0>();
-    fence_operands(acc[0]), fence_operands(acc[1]);
+    fence_operands(acc);
     for (; released < steps; ++released) release(g0 + released);
   }
 };
 
 // The persistent block (one an SM): items w = blockIdx.x, + gridDim.x, … < n_work; take(w) > 0
 // for an item with rows; src_for(w, src) fills producer thread t's RsSrc; rows_for(w, ct, rows)
-// a consumer thread's RsRows; epilogue(w, acc) stores consumer thread ct's accumulators. Steps g
-// count the block's k-steps over its items (stages and barrier phases), as in gemm_ws.cuh.
+// a consumer thread's RsRows; epilogue(w, ct, acc) stores consumer thread ct's accumulators.
+// Steps g count the block's k-steps over its items (stages and barrier phases), as in
+// gemm_ws.cuh; deadlock-free likewise (the consumers hold at most two stages).
 template <class Cfg, class Take, class SrcFn, class RowsFn, class Epilogue>
 __device__ __forceinline__ void rs_persistent(char* smem, int n_work, int k, int bias_steps,
                                               Take&& take, SrcFn&& src_for, RowsFn&& rows_for,
                                               Epilogue&& epilogue) {
   if constexpr (!kHaveWgmma) {
-    __trap();  // only the sm_90a build has this path: gemm_rs_takes() checks the device
+    __trap();  // only the sm_90a build has this path: launch_rs checks the device
   } else {
     const RsSmem<Cfg> sm{smem, smem_addr(smem)};
     const int tid = threadIdx.x, nk = k / kTileK, steps = nk + bias_steps;
