@@ -206,7 +206,12 @@ using HalfTilesMode = SwitchMode<cuda::gemm_half_tiles_enabled, cuda::set_gemm_h
 using ConsumerDequantMode =
     SwitchMode<cuda::gemm_consumer_dequant_enabled, cuda::set_gemm_consumer_dequant_enabled>;
 // The dense scaled-code GEMMs on the swapped tiles (gemm_rs.cuh).
-using RsMode = SwitchMode<cuda::gemm_rs_enabled, cuda::set_gemm_rs_enabled>;
+// With it on, every width takes them (the launch rule's threshold at 0) while it lives.
+struct RsMode {
+  SwitchMode<cuda::gemm_rs_enabled, cuda::set_gemm_rs_enabled> mode;
+  explicit RsMode(bool on) : mode(on) { cuda::set_gemm_rs_min_features(0); }
+  ~RsMode() { cuda::set_gemm_rs_min_features(cuda::kRsMinFeatures); }
+};
 // The tiles' grid order (gemm_tile.cuh's TileOrder: column tiles first when on); A by the copy
 // engine; the warp-specialised tiles persistent (one block an SM).
 using OrderMode = SwitchMode<cuda::gemm_n_first_enabled, cuda::set_gemm_n_first_enabled>;

@@ -29,6 +29,7 @@ std::atomic<bool> g_half_tiles{true};
 std::atomic<bool> g_consumer_dequant{true};
 std::atomic<bool> g_rs{false};
 std::atomic<int64_t> g_rs_launches{0};
+std::atomic<int> g_rs_min_features{kRsMinFeatures};
 struct Scratch {
   std::mutex mu;
   uint16_t* buf = nullptr;
@@ -295,7 +296,9 @@ WsForm ws_form(const GemmGroup& g) {
 }
 Status launch_ws_form(const GemmGroup& g, WsForm form, int64_t lo, cudaStream_t s) {
   if (form == WsForm::scaled) {
-    if (gemm_rs_enabled()) {
+    int features = 0;
+    for (int j = 0; j < g.n; ++j) features += g.p[j].w.rows;
+    if (gemm_rs_enabled() && features >= g_rs_min_features.load(std::memory_order_relaxed)) {
       bool taken = false;
       ORCHID_TRY(g.p[0].a_lo ? launch_rs<true>(g, &taken, s) : launch_rs<false>(g, &taken, s));
       if (taken) return {};
@@ -522,6 +525,9 @@ bool gemm_rs_enabled() {
 }
 void set_gemm_rs_enabled(bool on) {
   g_rs.store(on, std::memory_order_relaxed);
+}
+void set_gemm_rs_min_features(int n) {
+  g_rs_min_features.store(n, std::memory_order_relaxed);
 }
 int64_t gemm_rs_launches() {
   return g_rs_launches.load(std::memory_order_relaxed);
