@@ -65,6 +65,8 @@ Switches Switches::from_env() {
   s.tc_router = !env_off("ORCHID_TC_ROUTER");
   s.device_routing = !env_off("ORCHID_DEVICE_ROUTING");
   if (const char* v = std::getenv("ORCHID_PREFILL_TILE")) s.prefill_tile = std::atoi(v);
+  if (const char* v = std::getenv("ORCHID_GEMM_RS_MIN_FEATURES"))
+    s.gemm_rs_min_features = std::max(0, std::atoi(v));
   if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK"))
     s.prefill_chunk = std::clamp(std::atoi(v), 16, 16384);
   if (const char* v = std::getenv("ORCHID_GDN_CHUNKED"))

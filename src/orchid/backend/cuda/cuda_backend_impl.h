@@ -10,6 +10,7 @@
 
 #include "orchid/backend/backend.h"
 #include "orchid/backend/cuda/device_model.h"
+#include "orchid/backend/cuda/prefill_kernels.h"
 
 namespace orchid::cuda {
 
@@ -134,6 +135,7 @@ struct Switches {
   bool half_tiles = true;
   bool consumer_dequant = true;
   bool gemm_rs = false;
+  int gemm_rs_min_features = kRsMinFeatures;  // ORCHID_GEMM_RS_MIN_FEATURES (0: every launch)
   bool flash_prefill = true;
   bool wgmma_attention = true;
   bool attn_pingpong = true;

@@ -500,6 +500,7 @@ Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> toke
   set_gemm_half_tiles_enabled(sw_.half_tiles);
   set_gemm_consumer_dequant_enabled(sw_.consumer_dequant);
   set_gemm_rs_enabled(sw_.gemm_rs);
+  set_gemm_rs_min_features(sw_.gemm_rs_min_features);
   // The group sums pay only where the warp-specialised tiles read them.
   pf_->sums_on = pf_->scaled && gemm_ws_enabled();
   for (int64_t c0 = 0; c0 < n; c0 += C) {

@@ -90,7 +90,7 @@ void set_gemm_rs_enabled(bool on);
 // The swapped tiles take a launch whose products have at least this many features (W rows) in
 // all: at 8K tokens they won on the DeltaNet in-projections (12,320) and attention's q, k, v
 // (9,216) and lost on the out-projections (2,048) and the router (512; perf-notes, session 15).
-// The tests set it to 0.
+// ORCHID_GEMM_RS_MIN_FEATURES (the backend) and the tests set it.
 constexpr int kRsMinFeatures = 4096;
 void set_gemm_rs_min_features(int n);
 // Launches the swapped tiles have taken in this process (for the tests: that they ran).
