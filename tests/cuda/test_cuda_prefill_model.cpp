@@ -184,6 +184,35 @@ TEST_F(CudaPrefill, LongChunkOnScaledCodesMatchesTheFold) {
   EXPECT_GT(e, 0.0);
 }
 
+// The same chunk with the dense scaled-code GEMMs on the swapped tiles (gemm_rs.cuh, every width:
+// the synthetic model's projections are narrower than the default rule's 4,096 features) against
+// the scaled tiles: both exact to ~1e-6 a projection. The swapped tiles must have run.
+TEST_F(CudaPrefill, LongChunkOnSwappedTilesMatchesTheScaledTiles) {
+  std::mt19937_64 rng(test_seed(5));
+  const auto ids = random_ids(2304, be_->n_vocab(), rng);
+  cuda_->switches().prefill_chunk = 4096;
+  cuda_->switches().gemm_rs_min_features = 0;
+  std::vector<float> got[2];
+  const int64_t before = cuda::gemm_rs_launches();
+  for (bool rs : {true, false}) {
+    cuda_->switches().gemm_rs = rs;
+    auto st = be_->new_state(int64_t(ids.size()) + 8);
+    ASSERT_TRUE(st.ok());
+    const Status s = be_->forward(**st, ids, LogitsMode::last, got[rs ? 0 : 1]);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  cuda_->switches().gemm_rs = false;
+  cuda_->switches().gemm_rs_min_features = cuda::kRsMinFeatures;
+  EXPECT_GT(cuda::gemm_rs_launches(), before) << "the swapped tiles never ran";
+  const int64_t V = be_->n_vocab();
+  ASSERT_EQ(got[0].size(), size_t(V));
+  ASSERT_EQ(got[1].size(), size_t(V));
+  const double e = test::rel_l2(got[0].data(), got[1].data(), V);
+  std::printf("[ cuda prefill ] 2304 tokens, swapped tiles against the scaled tiles: rel L2 %.2e\n",
+              e);
+  EXPECT_LE(e, 1e-3);
+}
+
 // The state a chunked prefill leaves (KV rows, DeltaNet state and conv ring, position) serves a
 // decode step: its logits equal the last position's of one chunked prefill of the prompt and that
 // token (the same routing for the prompt, so within the paths' continuous 1e-2).
