@@ -212,6 +212,11 @@ struct RsMode {
   explicit RsMode(bool on) : mode(on) { cuda::set_gemm_rs_min_features(0); }
   ~RsMode() { cuda::set_gemm_rs_min_features(cuda::kRsMinFeatures); }
 };
+// Whether this device runs the warp-specialised tiles (an sm_90a one) when they are switched on.
+bool ws_tiles_available() {
+  const WsMode on(true);
+  return cuda::gemm_ws_enabled();
+}
 // The tiles' grid order (gemm_tile.cuh's TileOrder: column tiles first when on); A by the copy
 // engine; the warp-specialised tiles persistent (one block an SM).
 using OrderMode = SwitchMode<cuda::gemm_n_first_enabled, cuda::set_gemm_n_first_enabled>;
@@ -425,10 +430,7 @@ TEST(CudaGemmExact, ModelShapesMatchReference) {
 // other tiles.
 TEST(CudaGemmExact, WarpSpecialisedMatchesReference) {
   ORCHID_REQUIRE_GPU();
-  {
-    WsMode on(true);
-    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
-  }
+  if (!ws_tiles_available()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   for (bool tma : {true, false}) {
     SCOPED_TRACE(tma ? "A by TMA" : "A by cp.async");
     const TmaAMode mode(tma);
@@ -531,10 +533,7 @@ TEST(CudaGemmScaled, GroupSumsMatchHost) {
 // given, and with the switch off the same launch takes the fold.
 TEST(CudaGemmScaled, MatchesReference) {
   ORCHID_REQUIRE_GPU();
-  {
-    WsMode on(true);
-    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
-  }
+  if (!ws_tiles_available()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   const ScaledMode on(true);
   for (bool exact : {true, false})
     for (bool tma : {true, false}) {
@@ -560,10 +559,7 @@ TEST(CudaGemmScaled, MatchesReference) {
 // router's column pairs and grouped products take them in CudaGemmExact's tests below.
 TEST(CudaGemmScaled, SwappedTilesMatchReference) {
   ORCHID_REQUIRE_GPU();
-  {
-    WsMode on(true);
-    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
-  }
+  if (!ws_tiles_available()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   const ScaledMode scaled(true);
   const TmaAMode tma(true);
   const RsMode rs(true);
@@ -1166,10 +1162,7 @@ TEST(CudaExpertsExact, Q8Bf16AndModelWidthsMatchReference) {
 // the other tiles.
 TEST(CudaExpertsExact, WarpSpecialisedMatchesReference) {
   ORCHID_REQUIRE_GPU();
-  {
-    WsMode on(true);
-    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
-  }
+  if (!ws_tiles_available()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   for (bool tma : {true, false}) {
     SCOPED_TRACE(tma ? "A by TMA" : "A by cp.async");
     const TmaAMode mode(tma);
@@ -1203,10 +1196,7 @@ TEST(CudaExpertsExact, TileOrdersMatchReference) {
 // matrix in groups of 32 keeps its tiles with the sums given.
 TEST(CudaExpertsScaled, MatchesReference) {
   ORCHID_REQUIRE_GPU();
-  {
-    WsMode on(true);
-    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
-  }
+  if (!ws_tiles_available()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   const ScaledMode on(true);
   for (bool exact : {true, false}) {
     for (bool tma : {true, false}) {
@@ -1232,10 +1222,7 @@ TEST(CudaExpertsScaled, MatchesReference) {
 // producer; scaled and fold. The defaults (on) run in the tests above.
 TEST(CudaExpertsScaled, SchedulingSwitchesOffMatchReference) {
   ORCHID_REQUIRE_GPU();
-  {
-    WsMode on(true);
-    if (!cuda::gemm_ws_enabled()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
-  }
+  if (!ws_tiles_available()) GTEST_SKIP() << "no sm_90a device: the switch has no effect";
   const HalfTilesMode half(false);
   const ConsumerDequantMode cd(false);
   for (bool scaled : {true, false}) {

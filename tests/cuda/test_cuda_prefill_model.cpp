@@ -121,6 +121,19 @@ class CudaPrefill : public ::testing::Test {
       }
     }
   }
+  // The last position's logits of one prefill of ids from an empty state (empty on a failure,
+  // which is reported).
+  std::vector<float> last_logits(const std::vector<int32_t>& ids) {
+    std::vector<float> out;
+    auto st = be_->new_state(int64_t(ids.size()) + 8);
+    if (!st.ok()) {
+      ADD_FAILURE() << st.message();
+      return {};
+    }
+    const Status s = be_->forward(**st, ids, LogitsMode::last, out);
+    if (!s.ok()) ADD_FAILURE() << s.message();
+    return out;
+  }
   std::unique_ptr<Backend> be_;
   cuda::CudaBackend* cuda_ = nullptr;
 };
@@ -168,10 +181,7 @@ TEST_F(CudaPrefill, LongChunkOnScaledCodesMatchesTheFold) {
   std::vector<float> got[2];
   for (bool scaled : {true, false}) {
     cuda_->switches().scaled_codes = scaled;
-    auto st = be_->new_state(int64_t(ids.size()) + 8);
-    ASSERT_TRUE(st.ok());
-    const Status s = be_->forward(**st, ids, LogitsMode::last, got[scaled ? 0 : 1]);
-    ASSERT_TRUE(s.ok()) << s.message();
+    got[scaled ? 0 : 1] = last_logits(ids);
   }
   cuda_->switches().scaled_codes = true;
   const int64_t V = be_->n_vocab();
@@ -196,10 +206,7 @@ TEST_F(CudaPrefill, LongChunkOnSwappedTilesMatchesTheScaledTiles) {
   const int64_t before = cuda::gemm_rs_launches();
   for (bool rs : {true, false}) {
     cuda_->switches().gemm_rs = rs;
-    auto st = be_->new_state(int64_t(ids.size()) + 8);
-    ASSERT_TRUE(st.ok());
-    const Status s = be_->forward(**st, ids, LogitsMode::last, got[rs ? 0 : 1]);
-    ASSERT_TRUE(s.ok()) << s.message();
+    got[rs ? 0 : 1] = last_logits(ids);
   }
   cuda_->switches().gemm_rs = false;
   cuda_->switches().gemm_rs_min_features = cuda::kRsMinFeatures;

@@ -282,6 +282,14 @@ Status launch_rs(GemmGroup g, bool* taken, cudaStream_t s) {
   return last_launch("gemm");
 }
 
+// Whether the swapped tiles are on and wide enough for g: its products' features in all.
+bool rs_takes(const GemmGroup& g) {
+  if (!gemm_rs_enabled()) return false;
+  int features = 0;
+  for (int j = 0; j < g.n; ++j) features += g.p[j].w.rows;
+  return features >= g_rs_min_features.load(std::memory_order_relaxed);
+}
+
 // Which warp-specialised form takes g (its products q4 in groups of 64, sharing A; an sm_90a
 // device): the scaled codes where they are on and A's group sums come with it, else the fold for
 // the exact path, else none.
@@ -296,9 +304,7 @@ WsForm ws_form(const GemmGroup& g) {
 }
 Status launch_ws_form(const GemmGroup& g, WsForm form, int64_t lo, cudaStream_t s) {
   if (form == WsForm::scaled) {
-    int features = 0;
-    for (int j = 0; j < g.n; ++j) features += g.p[j].w.rows;
-    if (gemm_rs_enabled() && features >= g_rs_min_features.load(std::memory_order_relaxed)) {
+    if (rs_takes(g)) {
       bool taken = false;
       ORCHID_TRY(g.p[0].a_lo ? launch_rs<true>(g, &taken, s) : launch_rs<false>(g, &taken, s));
       if (taken) return {};
