@@ -1,7 +1,9 @@
 // `orchid serve -m DIR`: the OpenAI-compatible HTTP server (src/orchid/server, docs/api.md).
 // Prints "orchid: listening on http://HOST:PORT" to stderr once the socket listens; the model
-// then loads in the background (GET /health 503 → 200). SIGINT/SIGTERM end the streams in
-// flight with a final chunk and [DONE] and exit 0; a failed load exits 1.
+// then loads in the background (GET /health 503 → 200). SIGINT/SIGTERM cut the requests in
+// flight (a prefill at its next chunk or layer, a decode at its next token): each gets an
+// error that says so (a stream: an error event and [DONE]; otherwise a 503), then exit 0; a
+// failed load exits 1.
 #include <malloc.h>
 #include <pthread.h>
 
@@ -16,6 +18,14 @@
 #include "orchid/server/server.h"
 
 namespace orchid::cli {
+namespace {
+
+// Whether a --host value only takes connections from this machine.
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+}  // namespace
 
 void add_serve(CLI::App& app, int& exit_code) {
   struct Args {
@@ -57,6 +67,10 @@ void add_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--script", o.script, "scripted backend: JSON file {\"replies\": [\"...\"]}");
   cmd->add_option("--quantize", args->quantize, "quantize a bf16 checkpoint at load: q4")
       ->check(CLI::IsMember({"q4"}));
+  cmd->add_option("--cors", o.cors_origins,
+                  "allow browser clients from these origins (CORS), e.g. http://localhost:3000, "
+                  "or * for any")
+      ->delimiter(',');
   cmd->add_option("--name", o.model_name, "model id served by /v1/models (default: DIR's name)");
   cmd->add_option("--stream-end-delay-ms", o.stream_end_delay_ms,
                   "keep a stream open this long after [DONE] (nodejs/undici#4089 workaround)")
@@ -74,6 +88,9 @@ void add_serve(CLI::App& app, int& exit_code) {
     // its own whose freed memory it keeps: the resident size would creep up with every thread
     // that ever served a request. Two arenas keep it flat (MALLOC_ARENA_MAX still wins).
     if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
+    // A fixed mmap threshold: glibc's sliding one rises to the largest block ever freed, after
+    // which a large request's buffers come from the heap and stay resident when freed.
+    if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 256 << 10);
 
     // SIGINT/SIGTERM are taken by a thread of ours (sigwait), so they are blocked in every
     // thread the server starts: block them before any exists.
@@ -92,6 +109,11 @@ void add_serve(CLI::App& app, int& exit_code) {
     const std::string shown =
         host.find(':') != std::string::npos ? "[" + host + "]" : host;  // IPv6
     std::fprintf(stderr, "orchid: listening on http://%s:%d\n", shown.c_str(), *port);
+    if (args->opts.api_key.empty() && !is_loopback(host))
+      std::fprintf(stderr,
+                   "orchid: warning: listening on %s without --api-key: anyone who can reach this "
+                   "port can use the model\n",
+                   shown.c_str());
     std::fflush(stderr);
 
     std::atomic<bool> finished{false};
@@ -105,8 +127,8 @@ void add_serve(CLI::App& app, int& exit_code) {
       }
     });
     Status status = srv->wait_for_stop();
-    // Stopping waits for the running generation's next token and for the connections; a
-    // prefill of a long prompt cannot be interrupted, so give up waiting after 4 s.
+    // Stopping waits for the running generation's next chunk, layer or token and for the
+    // connections to take their last answers; should that ever hang, exit after 4 s anyway.
     auto stopped = std::async(std::launch::async, [&] { srv->shutdown(); });
     if (stopped.wait_for(std::chrono::seconds(4)) == std::future_status::timeout) {
       std::fprintf(stderr, "orchid: stopping took too long; exiting\n");

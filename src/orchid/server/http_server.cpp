@@ -1,227 +1,116 @@
-// HttpServer on cpp-httplib 0.11 (the Debian package: declarations in httplib.h, the code in
-// libcpp-httplib.so, so no CPPHTTPLIB_* option may be redefined here). What 0.11 lacks is
-// done around it:
-//  - the socket of a request: found by matching the request's local and peer addresses
-//    against the process's open sockets (once per request that asks), for the
-//    client-disconnect check and for closing a connection after a 413;
-//  - a body limit for chunked bodies (payload_max_length only covers Content-Length, and even
-//    then 0.11 reads the whole body before answering): POST bodies are read through a content
-//    receiver that stops at the limit, and a Content-Length over it is refused before the
-//    body is read. Either way the 413 is written directly, then the connection is
-//    half-closed and drained for up to 2 s (a lingering close: the client reads the answer
-//    instead of a reset) — httplib would otherwise parse the unread body as the next request.
+// HttpServer: an epoll reactor on one thread owns every connection that is reading a request,
+// writing a plain answer, lingering after an error, or idle between requests. A complete
+// request either runs on the reactor (quick routes, and the answers the server gives itself:
+// 404, 405, OPTIONS, errors) or is handed, with its connection, to a worker, which hands the
+// connection back when its answer is written or queued. Only the reactor closes connections,
+// so the per-client counts are kept on one thread.
 #include "orchid/server/http_server.h"
 
-#include <dirent.h>
-#include <httplib.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <unordered_map>
+
+#include "orchid/server/http_parser.h"
+#include "orchid/server/worker_pool.h"
 
 namespace orchid::server {
 namespace {
 
-int port_of(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
-  return -1;
+using Clock = std::chrono::steady_clock;
+
+Clock::duration secs(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-// The numeric host as httplib writes Request::remote_addr (getnameinfo, NI_NUMERICHOST).
+// A request body at least this large is followed by malloc_trim: the parsed JSON and its
+// copies are freed by then, and glibc would otherwise keep the largest request's peak.
+constexpr size_t kTrimAfterBytes = 1 << 20;
+
+bool set_nonblocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+}
+
 std::string numeric_host(const sockaddr_storage& a, socklen_t len) {
   char host[NI_MAXHOST];
   if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, nullptr, 0,
                   NI_NUMERICHOST) != 0)
-    return "";
+    return "?";
   return host;
 }
 
-// The open socket whose local port and peer address are the request's, or -1.
-int find_connection_fd(int local_port, int remote_port, const std::string& remote_addr) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
-  int found = -1;
-  while (dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof local, peer_len = sizeof peer;
-    if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-    if (port_of(local) != local_port) continue;
-    if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
-    if (port_of(peer) != remote_port || numeric_host(peer, peer_len) != remote_addr) continue;
-    found = int(fd);
-    break;
-  }
-  closedir(dir);
-  return found;
-}
-
-// The connection of one request: its socket, found on first use.
-class Connection {
- public:
-  explicit Connection(const httplib::Request& req)
-      : local_port_(req.local_port), remote_port_(req.remote_port), remote_addr_(req.remote_addr) {}
-
-  int fd() {
-    std::call_once(once_,
-                   [this] { fd_ = find_connection_fd(local_port_, remote_port_, remote_addr_); });
-    return fd_;
-  }
-
-  // A peek that neither blocks nor consumes: 0 bytes means the peer closed (FIN); a reset is an
-  // error; no data yet (EAGAIN) or pipelined bytes mean it is still there.
-  bool alive() {
-    const int s = fd();
-    if (s < 0) return true;  // not found: cannot tell, assume it is there
-    char c;
-    const ssize_t n = recv(s, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) return true;
-    if (n == 0) return false;
-    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-  }
-
- private:
-  int local_port_, remote_port_;
-  std::string remote_addr_;
-  std::once_flag once_;
-  int fd_ = -1;
-};
-
-const char* reason_phrase(int status) {
-  switch (status) {
-    case 400:
-      return "Bad Request";
-    case 413:
-      return "Payload Too Large";
-    default:
-      return "Error";
-  }
-}
-
-// Answers `status` on the raw socket and closes our side gracefully (see the file comment).
-// False when the socket was not found; the caller then answers through httplib.
-bool answer_and_close(Connection& conn, int status, const std::string& body) {
-  const int fd = conn.fd();
-  if (fd < 0) return false;
-  std::string msg =
-      "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
-      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\nConnection: close\r\n\r\n" + body;
-  size_t sent = 0;
-  while (sent < msg.size()) {
-    const ssize_t n = send(fd, msg.data() + sent, msg.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += size_t(n);
-  }
-  shutdown(fd, SHUT_WR);
-  // Drain what the client still sends until it closes, for at most 2 s.
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::seconds(2);
-  char buf[1 << 16];
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, int(left.count())) <= 0) break;
-    if (recv(fd, buf, sizeof buf, 0) <= 0) break;
+// Writes all of `data` to a non-blocking socket, waiting for room at most `timeout` without
+// progress; false when the client is gone or stalled.
+bool send_all(int fd, std::string_view data, Clock::duration timeout) {
+  while (!data.empty()) {
+    const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(size_t(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      const int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+      if (poll(&p, 1, ms) <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
+      continue;
+    }
+    return false;
   }
   return true;
 }
 
-// Serves connections on at most `max_threads` threads, made on demand. The thread that went
-// idle last takes the next connection, so a light load keeps reusing a few warm threads;
-// httplib's ThreadPool starts them all at once and wakes them round-robin, which touches every
-// thread's stack and malloc cache and lets the resident memory creep up to the pool's size.
-class LifoThreadPool final : public httplib::TaskQueue {
- public:
-  explicit LifoThreadPool(size_t max_threads) : max_(std::max<size_t>(1, max_threads)) {}
-
-  void enqueue(std::function<void()> fn) override {
-    std::lock_guard lock(mu_);
-    if (!idle_.empty()) {
-      Worker* w = idle_.back();
-      idle_.pop_back();
-      w->job = std::move(fn);
-      w->cv.notify_one();
-    } else if (workers_.size() < max_) {
-      auto w = std::make_unique<Worker>();
-      w->job = std::move(fn);
-      Worker* p = w.get();
-      workers_.push_back(std::move(w));
-      p->thread = std::thread([this, p] { run(*p); });
-    } else {
-      pending_.push_back(std::move(fn));  // every thread is busy: the next one free takes it
-    }
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      for (auto& w : workers_) w->cv.notify_one();
-    }
-    for (auto& w : workers_) w->thread.join();
-  }
-
- private:
-  struct Worker {
-    std::thread thread;
-    std::condition_variable cv;
-    std::function<void()> job;
-  };
-
-  void run(Worker& w) {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      if (w.job) {
-        auto job = std::move(w.job);
-        w.job = nullptr;
-        lock.unlock();
-        job();
-        lock.lock();
-      } else if (!pending_.empty()) {
-        w.job = std::move(pending_.front());
-        pending_.pop_front();
-      } else if (stopping_) {
-        return;
-      } else {
-        idle_.push_back(&w);
-        w.cv.wait(lock, [&] { return w.job || stopping_; });
-        if (!w.job) return;  // stopping (enqueue took it off idle_ when it gave a job)
-      }
-    }
-  }
-
-  const size_t max_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<Worker*> idle_;  // most recently idle last
-  std::deque<std::function<void()>> pending_;
-  bool stopping_ = false;
-};
-
-std::string regex_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (std::strchr(".^$|()[]{}*+?\\", c)) out += '\\';
-    out += c;
-  }
-  return out;
+// A peek that neither blocks nor consumes: 0 bytes means the peer closed (FIN), a reset is an
+// error; no data yet or pipelined bytes mean it is still there.
+bool peer_alive(int fd) {
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return true;
+  if (n == 0) return false;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 }
+
+// closed: shut and out of the event set, deleted (and its descriptor freed) at the end of the
+// loop's turn, so nothing on the stack still holds it.
+enum class Phase { reading, writing, lingering, handed, closed };
+
+struct Conn {
+  Conn(int f, std::string p, HttpLimits limits) : fd(f), peer(std::move(p)), reader(limits) {}
+  int fd;
+  std::string peer;  // numeric client address: the key of the per-client count
+  std::string in;    // bytes read and not yet consumed
+  RequestReader reader;
+  Phase phase = Phase::reading;
+  Clock::time_point deadline;
+  bool head_deadline_set = false;  // the current request's head deadline runs
+  std::string out;                 // writing: the answer, from out_off on
+  size_t out_off = 0;
+  bool close_after = false;  // close once `out` is written (and linger when `linger`)
+  bool linger = false;
+};
 
 }  // namespace
 
@@ -232,14 +121,48 @@ std::string HttpRequest::header(std::string_view name) const {
 }
 
 struct HttpServer::Impl {
-  explicit Impl(HttpServerOptions o) : opts(std::move(o)) {}
+  explicit Impl(HttpServerOptions o)
+      : opts(std::move(o)), limits{64 << 10, 128, opts.max_body_bytes}, pool(opts.threads) {}
+
+  struct Route {
+    std::map<std::string, HttpHandler> methods;
+    std::set<std::string> quick;  // methods whose handler runs on the reactor
+  };
 
   HttpServerOptions opts;
-  httplib::Server svr;
-  std::map<std::string, std::map<std::string, HttpHandler>> routes;  // path → method → handler
-  std::thread thread;
+  HttpLimits limits;
+  std::map<std::string, Route> routes;
+  WorkerPool pool;
+  int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
+  size_t max_connections = 0;
+  std::thread reactor;
+  std::atomic<bool> stopping{false};
   std::mutex stop_mu;
-  bool bound = false;
+
+  // Reactor-only state.
+  std::unordered_map<int, std::unique_ptr<Conn>> conns;  // held by the reactor
+  std::set<int> handed;                                  // held by a worker
+  std::map<std::string, size_t> per_client;
+  Clock::time_point accept_paused_until{};
+  bool accept_paused = false;
+  // Connections whose next request may be in `in` already: processed by the loop, not from
+  // inside the previous answer's write (pipelined requests must not recurse).
+  std::vector<int> ready;
+  std::vector<int> dead;  // closed this turn (see Phase::closed)
+  bool stop_forced = false;  // stopping, and its grace for answers in flight is over
+
+  // Connections coming back from workers.
+  std::mutex back_mu;
+  std::vector<std::unique_ptr<Conn>> back;
+  std::set<int> handed_fds;  // guarded by back_mu: for stop() to shut them down
+
+  ~Impl() {
+    for (int fd : {listen_fd, epoll_fd, wake_fd})
+      if (fd >= 0) close(fd);
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // Answers.
 
   std::string error_body(int status, const std::string& message) const {
     if (opts.error_body) return opts.error_body(status, message);
@@ -253,173 +176,531 @@ struct HttpServer::Impl {
     return r;
   }
 
-  // Runs the route's handler (after the gate) and copies its answer into httplib's response.
-  void dispatch(const std::string& path, const httplib::Request& req, std::string body,
-                httplib::Response& res) {
+  // The CORS origin to echo for this request, "" when none applies.
+  std::string cors_origin(const ParsedRequest& req) const {
+    const std::string origin = req.header("Origin");
+    if (origin.empty()) return "";
+    for (const auto& o : opts.cors_origins) {
+      if (o == "*") return "*";
+      if (o == origin) return origin;
+    }
+    return "";
+  }
+
+  std::string allowed_methods(const Route& r) const {
+    std::string allow;
+    for (const auto& [m, _] : r.methods) {
+      allow += (allow.empty() ? "" : ", ") + m;
+      if (m == "GET") allow += ", HEAD";
+    }
+    return allow + ", OPTIONS";
+  }
+
+  // The status line and headers of an answer; a stream's length is its chunks (1.1) or the
+  // connection's end (1.0).
+  std::string head_of(const HttpResponse& r, const ParsedRequest& req, bool close,
+                      bool stream) const {
+    std::string h = "HTTP/1.1 " + std::to_string(r.status) + " " + http_reason(r.status) + "\r\n";
+    if (r.status != 204) {
+      h += "Content-Type: " + r.content_type + "\r\n";
+      if (!stream)
+        h += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+      else if (req.minor >= 1)
+        h += "Transfer-Encoding: chunked\r\n";
+    }
+    h += close ? "Connection: close\r\n" : "Connection: keep-alive\r\n";
+    for (const auto& [k, v] : r.headers) h += k + ": " + v + "\r\n";
+    if (const std::string origin = cors_origin(req); !origin.empty()) {
+      h += "Access-Control-Allow-Origin: " + origin + "\r\n";
+      if (origin != "*") h += "Vary: Origin\r\n";
+    }
+    return h + "\r\n";
+  }
+
+  // What the server answers without a handler: unknown paths, other methods, OPTIONS.
+  std::optional<HttpResponse> own_answer(const ParsedRequest& req, const Route** route) const {
+    auto it = routes.find(req.path);
+    if (it == routes.end()) {
+      if (req.method == "OPTIONS" && req.path == "*") {
+        HttpResponse r;
+        r.status = 204;
+        return r;
+      }
+      return error(404, "Invalid URL (" + req.method + " " + req.path + ")");
+    }
+    *route = &it->second;
+    const Route& rt = it->second;
+    if (req.method == "OPTIONS") {
+      HttpResponse r;
+      r.status = 204;
+      const std::string allow = allowed_methods(rt);
+      r.headers.emplace_back("Allow", allow);
+      if (!cors_origin(req).empty()) {
+        r.headers.emplace_back("Access-Control-Allow-Methods", allow);
+        const std::string asked = req.header("Access-Control-Request-Headers");
+        r.headers.emplace_back("Access-Control-Allow-Headers",
+                               asked.empty() ? "Authorization, Content-Type" : asked);
+        r.headers.emplace_back("Access-Control-Max-Age", "600");
+      }
+      return r;
+    }
+    const std::string& m = req.method == "HEAD" ? std::string("GET") : req.method;
+    if (!rt.methods.count(m)) {
+      const std::string allow = allowed_methods(rt);
+      HttpResponse r = error(
+          405, "Method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
+      r.headers.emplace_back("Allow", allow);
+      return r;
+    }
+    return std::nullopt;
+  }
+
+  // The route's handler behind the gate; exceptions become 500.
+  HttpResponse run_handler(const Route& rt, const ParsedRequest& req, HttpRequest& r) {
+    try {
+      std::optional<HttpResponse> gated;
+      if (opts.gate) gated = opts.gate(r);
+      if (gated) return std::move(*gated);
+      return rt.methods.at(req.method == "HEAD" ? "GET" : req.method)(r);
+    } catch (const std::exception& e) {
+      return error(500, std::string("internal error: ") + e.what());
+    } catch (...) {
+      return error(500, "internal error");
+    }
+  }
+
+  static HttpRequest to_request(ParsedRequest& req, int fd) {
     HttpRequest r;
     r.method = req.method;
     r.path = req.path;
-    r.body = std::move(body);
-    for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
-    auto conn = std::make_shared<Connection>(req);
-    r.connected = [conn] { return conn->alive(); };
-
-    HttpResponse out;
-    const auto& methods = routes.at(path);
-    auto h = methods.find(req.method);
-    if (h == methods.end()) {
-      std::string allow;
-      for (const auto& [m, _] : methods) allow += (allow.empty() ? "" : ", ") + m;
-      out = error(
-          405, "Method " + req.method + " is not allowed on " + path + " (allowed: " + allow + ")");
-      out.headers.emplace_back("Allow", allow);
-    } else {
-      try {
-        std::optional<HttpResponse> gated;
-        if (opts.gate) gated = opts.gate(r);
-        out = gated ? std::move(*gated) : h->second(r);
-      } catch (const std::exception& e) {
-        out = error(500, std::string("internal error: ") + e.what());
-      } catch (...) {
-        out = error(500, "internal error");
-      }
-    }
-    apply(std::move(out), res);
+    r.body = std::move(req.body);
+    r.headers = req.headers;  // kept: the answer's CORS headers read Origin
+    r.connected = [fd] { return peer_alive(fd); };
+    return r;
   }
 
-  static void apply(HttpResponse out, httplib::Response& res) {
-    res.status = out.status;
-    for (const auto& [k, v] : out.headers) res.set_header(k, v);
+  void told(const ParsedRequest& req, int status) {
+    if (opts.on_answer) opts.on_answer(routes.count(req.path) ? req.path : "", status);
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // The reactor.
+
+  void watch(int fd, uint32_t events, int op) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd, op, fd, &ev);
+  }
+
+  void wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(wake_fd, &one, sizeof one);
+  }
+
+  size_t open_connections() const { return conns.size() + handed.size(); }
+
+  void close_conn(int fd) {
+    auto it = conns.find(fd);
+    if (it == conns.end() || it->second->phase == Phase::closed) return;
+    auto pc = per_client.find(it->second->peer);
+    if (pc != per_client.end() && --pc->second == 0) per_client.erase(pc);
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    it->second->phase = Phase::closed;
+    dead.push_back(fd);
+  }
+
+  void reap() {
+    for (int fd : dead) {
+      close(fd);
+      conns.erase(fd);
+    }
+    dead.clear();
+  }
+
+  void accept_all() {
+    for (;;) {
+      sockaddr_storage a{};
+      socklen_t len = sizeof a;
+      const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: stop listening for a moment instead of spinning on the event.
+          watch(listen_fd, 0, EPOLL_CTL_MOD);
+          accept_paused = true;
+          accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
+        }
+        return;
+      }
+      std::string peer = numeric_host(a, len);
+      if (open_connections() >= max_connections ||
+          per_client[peer] >= opts.max_connections_per_client) {
+        const std::string b = error_body(503, "too many connections; retry later");
+        const std::string msg = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+                                "application/json\r\nContent-Length: " +
+                                std::to_string(b.size()) +
+                                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + b;
+        [[maybe_unused]] const ssize_t n = send(fd, msg.data(), msg.size(), MSG_NOSIGNAL);
+        if (per_client[peer] == 0) per_client.erase(peer);
+        close(fd);
+        continue;
+      }
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ++per_client[peer];
+      auto c = std::make_unique<Conn>(fd, std::move(peer), limits);
+      c->deadline = Clock::now() + secs(opts.head_timeout_s);
+      c->head_deadline_set = true;  // a new connection has a head's time to send it
+      watch(fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+      conns.emplace(fd, std::move(c));
+    }
+  }
+
+  // Queues an answer the reactor writes; `close` ends the connection after it.
+  void answer_on_reactor(Conn& c, std::string bytes, bool close, bool linger = false) {
+    c.out = std::move(bytes);
+    c.out_off = 0;
+    c.close_after = close;
+    c.linger = linger;
+    c.phase = Phase::writing;
+    c.deadline = Clock::now() + secs(opts.write_timeout_s);
+    watch(c.fd, EPOLLOUT, EPOLL_CTL_MOD);
+    write_some(c);
+  }
+
+  // Refuses a request the reader could not take: the answer, then a lingering close (the
+  // client reads it instead of a reset, and its unread body is never parsed as a request).
+  void refuse(Conn& c, int status, const std::string& message) {
+    ParsedRequest req = c.reader.request();
+    HttpResponse r = error(status, message);
+    if (status == 408) r.headers.emplace_back("Connection", "close");
+    told(req, status);
+    answer_on_reactor(c, head_of(r, req, true, false) + r.body, true, true);
+  }
+
+  // Reads what has arrived, a small piece at a time, each processed before the next is read:
+  // `in` stays small, so consuming pipelined requests from its front stays cheap.
+  void read_some(Conn& c) {
+    char buf[16 << 10];
+    for (size_t got = 0; got < (256 << 10);) {
+      const ssize_t n = recv(c.fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        got += size_t(n);
+        if (c.phase == Phase::lingering) continue;  // drained and dropped
+        c.in.append(buf, size_t(n));
+        process(c);
+        if (c.phase != Phase::reading) return;  // the rest waits in the socket
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      // The peer closed or reset: a request it did not finish is dropped with it.
+      return close_conn(c.fd);
+    }
+  }
+
+  // Reads on from `in`: sets deadlines as a request arrives, dispatches it when complete.
+  void process(Conn& c) {
+    for (;;) {
+      const RequestReader::State s = c.reader.feed(c.in);
+      if (c.reader.started() && !c.head_deadline_set) {
+        c.head_deadline_set = true;
+        c.deadline = Clock::now() + secs(opts.head_timeout_s);
+      }
+      switch (s) {
+        case RequestReader::State::need_more:
+          return;
+        case RequestReader::State::failed:
+          return refuse(c, c.reader.status(), c.reader.error());
+        case RequestReader::State::head_done: {
+          const std::string length = c.reader.request().header("Content-Length");
+          const double bytes = length.empty() ? double(opts.max_body_bytes) : std::atof(length.c_str());
+          c.deadline = Clock::now() + secs(opts.head_timeout_s + bytes / opts.body_min_bytes_per_s);
+          if (c.reader.request().expect_continue) {
+            constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+            [[maybe_unused]] const ssize_t n =
+                send(c.fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL);
+          }
+          continue;  // the body may be in `in` already
+        }
+        case RequestReader::State::complete:
+          return dispatch(c);
+      }
+    }
+  }
+
+  void dispatch(Conn& c) {
+    ParsedRequest req = c.reader.take();
+    c.head_deadline_set = false;
+    const bool close = !req.keep_alive || stopping;
+    const Route* route = nullptr;
+    if (auto own = own_answer(req, &route)) {
+      told(req, own->status);
+      if (req.body.size() >= kTrimAfterBytes) {
+        req.body = std::string();
+        malloc_trim(0);
+      }
+      const bool head_only = req.method == "HEAD" || own->status == 204;
+      return answer_on_reactor(c, head_of(*own, req, close, false) + (head_only ? "" : own->body),
+                               close);
+    }
+    const std::string& m = req.method == "HEAD" ? std::string("GET") : req.method;
+    if (route->quick.count(m)) {
+      HttpRequest r = to_request(req, c.fd);
+      HttpResponse out = run_handler(*route, req, r);
+      if (!out.stream) {
+        told(req, out.status);
+        std::string bytes = head_of(out, req, close, false);
+        if (req.method != "HEAD") bytes += out.body;
+        if (out.on_close) out.on_close();
+        return answer_on_reactor(c, std::move(bytes), close);
+      }
+      // A quick route that streams after all: its stream runs on a worker.
+      return hand(c, std::move(req), std::move(out));
+    }
+    hand(c, std::move(req), std::nullopt);
+  }
+
+  // Gives the connection to a worker for the request (and the answer, when already made).
+  void hand(Conn& c, ParsedRequest req, std::optional<HttpResponse> made) {
+    const int fd = c.fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    c.phase = Phase::handed;
+    auto node = conns.extract(fd);
+    handed.insert(fd);
+    {
+      std::lock_guard lock(back_mu);
+      handed_fds.insert(fd);
+    }
+    auto conn = std::shared_ptr<Conn>(std::move(node.mapped()));
+    auto request = std::make_shared<ParsedRequest>(std::move(req));
+    auto answer = std::make_shared<std::optional<HttpResponse>>(std::move(made));
+    pool.enqueue([this, conn, request, answer] {
+      serve_on_worker(*conn, *request, std::move(*answer));
+      give_back(std::unique_ptr<Conn>(new Conn(std::move(*conn))));
+    });
+  }
+
+  void give_back(std::unique_ptr<Conn> c) {
+    {
+      std::lock_guard lock(back_mu);
+      handed_fds.erase(c->fd);
+      back.push_back(std::move(c));
+    }
+    wake();
+  }
+
+  // Connections back from workers: written in full (reading the next request, which may be
+  // in `in` already), with an answer left to write, or to be closed.
+  void take_back() {
+    std::vector<std::unique_ptr<Conn>> got;
+    {
+      std::lock_guard lock(back_mu);
+      got.swap(back);
+    }
+    for (auto& c : got) {
+      const int fd = c->fd;
+      handed.erase(fd);
+      Conn& conn = *c;
+      conns.emplace(fd, std::move(c));
+      if (conn.phase == Phase::writing && !stop_forced) {
+        watch(fd, EPOLLOUT, EPOLL_CTL_ADD);
+        write_some(conn);
+      } else if (conn.close_after || stopping || conn.phase == Phase::writing) {
+        watch(fd, EPOLLIN, EPOLL_CTL_ADD);
+        close_conn(fd);
+      } else {
+        watch(fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+        next_request(conn);
+      }
+    }
+  }
+
+  void next_request(Conn& c) {
+    c.phase = Phase::reading;
+    c.out.clear();
+    c.out.shrink_to_fit();
+    c.deadline = Clock::now() + secs(opts.idle_timeout_s);
+    if (!c.in.empty()) ready.push_back(c.fd);
+  }
+
+  void write_some(Conn& c) {
+    while (c.out_off < c.out.size()) {
+      const ssize_t n =
+          send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_off += size_t(n);
+        c.deadline = Clock::now() + secs(opts.write_timeout_s);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // EPOLLOUT brings us back
+      return close_conn(c.fd);
+    }
+    if (c.close_after && c.linger) {
+      // Half-close and drain what the client still sends for up to 2 s.
+      shutdown(c.fd, SHUT_WR);
+      c.phase = Phase::lingering;
+      c.deadline = Clock::now() + std::chrono::seconds(2);
+      c.out.clear();
+      watch(c.fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_MOD);
+      return;
+    }
+    if (c.close_after || stopping) return close_conn(c.fd);
+    watch(c.fd, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_MOD);
+    next_request(c);
+  }
+
+  void expire() {
+    const auto now = Clock::now();
+    if (accept_paused && now >= accept_paused_until && !stopping) {
+      accept_paused = false;
+      watch(listen_fd, EPOLLIN, EPOLL_CTL_MOD);
+    }
+    std::vector<int> late;
+    for (const auto& [fd, c] : conns)
+      if (c->phase != Phase::closed && now >= c->deadline) late.push_back(fd);
+    for (int fd : late) {
+      Conn& c = *conns.at(fd);
+      if (c.phase == Phase::reading && c.reader.started()) {
+        refuse(c, 408, "the request did not arrive in time");
+        // Its 408 gets one write attempt; a client that sends too slowly gets no more time.
+        if (c.phase == Phase::writing) close_conn(fd);
+      } else {
+        close_conn(fd);  // idle keep-alive, a stalled reader, or the end of a lingering close
+      }
+    }
+  }
+
+  void loop() {
+    epoll_event events[256];
+    auto next_scan = Clock::now();
+    bool listening = true;
+    Clock::time_point stop_at{};
+    for (;;) {
+      const int n = epoll_wait(epoll_fd, events, 256, 50);
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == listen_fd) {
+          if (listening) accept_all();
+        } else if (fd == wake_fd) {
+          uint64_t v;
+          [[maybe_unused]] const ssize_t r = read(wake_fd, &v, sizeof v);
+        } else if (auto it = conns.find(fd); it != conns.end()) {
+          Conn& c = *it->second;
+          if (c.phase == Phase::writing)
+            write_some(c);
+          else if (c.phase == Phase::reading || c.phase == Phase::lingering)
+            read_some(c);
+        }
+      }
+      take_back();
+      while (!ready.empty()) {
+        const int fd = ready.back();
+        ready.pop_back();
+        auto it = conns.find(fd);
+        if (it != conns.end() && it->second->phase == Phase::reading) process(*it->second);
+      }
+      if (Clock::now() >= next_scan) {
+        expire();
+        next_scan = Clock::now() + std::chrono::milliseconds(50);
+      }
+      reap();
+      if (!stopping) continue;
+      if (listening) {
+        // Stop: no new connections; idle ones and half-read requests end now; answers being
+        // written and requests in handlers finish.
+        listening = false;
+        epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        close(listen_fd);
+        listen_fd = -1;
+        stop_at = Clock::now() + std::chrono::seconds(2);
+        std::vector<int> idle;
+        for (const auto& [fd, c] : conns)
+          if (c->phase == Phase::reading) idle.push_back(fd);
+        for (int fd : idle) close_conn(fd);
+        reap();
+      }
+      if (!stop_forced && Clock::now() >= stop_at) {
+        // Handlers still waiting on their clients: shut the sockets so the waits end.
+        stop_forced = true;
+        std::lock_guard lock(back_mu);
+        for (int fd : handed_fds) ::shutdown(fd, SHUT_RDWR);
+        std::vector<int> rest;
+        for (const auto& [fd, c] : conns) rest.push_back(fd);
+        for (int fd : rest) close_conn(fd);
+        reap();
+      }
+      bool left = !handed.empty();
+      for (const auto& [fd, c] : conns) left = left || c->phase != Phase::closed;
+      if (!left) return;
+    }
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // A worker: the handler, then the answer (a plain one goes back to the reactor to write
+  // what the socket did not take at once; a stream is written here).
+
+  void serve_on_worker(Conn& c, ParsedRequest& req, std::optional<HttpResponse> made) {
+    const size_t body_bytes = req.body.size();
+    const Route& rt = routes.at(req.path);
+    const bool close = !req.keep_alive || stopping;
+    HttpResponse out;
+    if (made) {
+      out = std::move(*made);
+    } else {
+      HttpRequest r = to_request(req, c.fd);
+      out = run_handler(rt, req, r);
+    }
+    told(req, out.status);
     if (!out.stream) {
-      res.set_content(out.body, out.content_type);
+      std::string bytes = head_of(out, req, close, false);
+      if (req.method != "HEAD") bytes += out.body;
+      out = HttpResponse{};
+      if (body_bytes >= kTrimAfterBytes) malloc_trim(0);
+      // One try here; what the socket does not take now, the reactor writes as room comes.
+      const ssize_t n = send(c.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      const size_t sent = n > 0 ? size_t(n) : 0;
+      if (sent < bytes.size()) {
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+          c.close_after = true;
+        } else {
+          c.out = std::move(bytes);
+          c.out_off = sent;
+          c.phase = Phase::writing;
+          c.deadline = Clock::now() + secs(opts.write_timeout_s);
+        }
+      }
+      c.close_after = c.close_after || close;
       if (out.on_close) out.on_close();
       return;
     }
-    auto stream = std::make_shared<std::function<void(const ChunkWriter&)>>(std::move(out.stream));
-    res.set_chunked_content_provider(
-        out.content_type,
-        [stream](size_t, httplib::DataSink& sink) {
-          bool ok = true;
-          ChunkWriter write = [&](std::string_view s) {
-            if (ok && !s.empty()) ok = sink.write(s.data(), s.size());
-            return ok;
-          };
-          try {
-            (*stream)(write);
-          } catch (...) {
-            ok = false;
-          }
-          if (ok) sink.done();
-          return ok;  // false: httplib closes the connection
-        },
-        [on_close = std::move(out.on_close)](bool) {
-          if (on_close) on_close();
-        });
-  }
-
-  // Reads a POST/PUT/PATCH/DELETE body up to the limit; false after answering 413/400.
-  bool read_body(const httplib::Request& req, httplib::Response& res,
-                 const httplib::ContentReader& reader, std::string& body) {
-    bool too_big = false;
-    const bool ok = reader([&](const char* data, size_t n) {
-      if (body.size() + n > opts.max_body_bytes) {
-        too_big = true;
-        return false;
+    // A stream: chunked to 1.1 clients; to 1.0 clients the body ends with the connection.
+    const bool chunked = req.minor >= 1;
+    const auto timeout = secs(opts.write_timeout_s);
+    bool ok = send_all(c.fd, head_of(out, req, close || !chunked, true), timeout);
+    ChunkWriter write = [&](std::string_view s) {
+      if (!ok || s.empty()) return ok;
+      if (chunked) {
+        char size[32];
+        const int len = std::snprintf(size, sizeof size, "%zx\r\n", s.size());
+        ok = send_all(c.fd, std::string(size, size_t(len)) + std::string(s) + "\r\n", timeout);
+      } else {
+        ok = send_all(c.fd, s, timeout);
       }
-      body.append(data, n);
-      return true;
-    });
-    if (ok) return true;
-    const int status = too_big ? 413 : 400;
-    const std::string msg =
-        too_big ? "the request body exceeds " + std::to_string(opts.max_body_bytes) + " bytes"
-                : "the request body could not be read";
-    Connection conn(req);
-    const std::string b = error_body(status, msg);
-    res.status = status;
-    if (!answer_and_close(conn, status, b)) {
-      res.set_header("Connection", "close");
-      res.set_content(b, "application/json");
-    }
-    return false;
-  }
-
-  void install() {
-    svr.new_task_queue = [n = opts.threads] { return new LifoThreadPool(n); };
-    svr.set_keep_alive_timeout(2);
-    svr.set_keep_alive_max_count(100);
-    svr.set_payload_max_length(opts.max_body_bytes);
-
-    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      int status = 0;
-      std::string msg;
-      if (req.has_header("Content-Length")) {
-        const std::string v = req.get_header_value("Content-Length");
-        char* end = nullptr;
-        errno = 0;
-        const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || errno == ERANGE) {
-          status = 400, msg = "invalid Content-Length";
-        } else if (n > opts.max_body_bytes) {
-          status = 413, msg = "the request body (" + v + " bytes) exceeds " +
-                              std::to_string(opts.max_body_bytes) + " bytes";
-        }
-      } else if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos &&
-                 req.method != "POST" && req.method != "PUT" && req.method != "PATCH" &&
-                 req.method != "DELETE") {
-        status = 400, msg = "a " + req.method + " request carries no body";
-      }
-      if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
-      Connection conn(req);
-      const std::string b = error_body(status, msg);
-      res.status = status;
-      if (!answer_and_close(conn, status, b)) {
-        res.set_header("Connection", "close");
-        res.set_content(b, "application/json");
-      }
-      return httplib::Server::HandlerResponse::Handled;
-    });
-
-    for (const auto& [path, methods] : routes) {
-      const std::string pattern = regex_escape(path);
-      svr.Get(pattern, [this, path = path](const httplib::Request& req, httplib::Response& res) {
-        dispatch(path, req, "", res);
-      });
-      auto with_body = [this, path = path](const httplib::Request& req, httplib::Response& res,
-                                           const httplib::ContentReader& reader) {
-        std::string body;
-        if (read_body(req, res, reader, body)) dispatch(path, req, std::move(body), res);
-      };
-      svr.Post(pattern, with_body);
-      svr.Put(pattern, with_body);
-      svr.Patch(pattern, with_body);
-      svr.Delete(pattern, with_body);
-    }
-    // Unknown paths: read (bounded) and answer 404 from the error handler.
-    auto unknown = [this](const httplib::Request& req, httplib::Response& res,
-                          const httplib::ContentReader& reader) {
-      std::string body;
-      if (read_body(req, res, reader, body)) res.status = 404;
+      return ok;
     };
-    svr.Post(".*", unknown);
-    svr.Put(".*", unknown);
-    svr.Patch(".*", unknown);
-    svr.Delete(".*", unknown);
-
-    svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      std::string msg = res.status == 404 ? "Invalid URL (" + req.method + " " + req.path + ")"
-                                          : std::string("HTTP error ") + std::to_string(res.status);
-      res.set_content(error_body(res.status, msg), "application/json");
-    });
-    svr.set_exception_handler(
-        [this](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-          res.status = 500;
-          res.set_content(error_body(500, "internal error"), "application/json");
-        });
-    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      if (opts.on_answer) opts.on_answer(routes.count(req.path) ? req.path : "", res.status);
-    });
+    if (ok) {
+      try {
+        out.stream(write);
+      } catch (...) {
+        ok = false;
+      }
+    }
+    if (ok && chunked) ok = send_all(c.fd, "0\r\n\r\n", timeout);
+    c.close_after = !ok || close || !chunked;
+    if (out.on_close) out.on_close();
   }
 };
 
@@ -429,47 +710,78 @@ HttpServer::~HttpServer() {
   stop();
 }
 
-void HttpServer::route(const std::string& method, const std::string& path, HttpHandler handler) {
-  impl_->routes[path][method] = std::move(handler);
+void HttpServer::route(const std::string& method, const std::string& path, HttpHandler handler,
+                       Runs runs) {
+  auto& r = impl_->routes[path];
+  r.methods[method] = std::move(handler);
+  if (runs == Runs::quick) r.quick.insert(method);
 }
 
 Expected<int> HttpServer::bind() {
   std::signal(SIGPIPE, SIG_IGN);
-  impl_->install();
-  const auto& o = impl_->opts;
-  errno = 0;
-  int port = o.port;
-  bool ok;
-  if (o.port == 0) {
-    port = impl_->svr.bind_to_any_port(o.host);
-    ok = port > 0;
-  } else {
-    ok = impl_->svr.bind_to_port(o.host, o.port);
+  Impl& m = *impl_;
+  // Every connection is a descriptor: take what the hard limit allows, and keep some for the
+  // model's files and the rest of the process.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 1 << 16);
+    setrlimit(RLIMIT_NOFILE, &lim);
+    getrlimit(RLIMIT_NOFILE, &lim);
   }
-  if (!ok) {
-    const int e = errno;
-    return err("cannot listen on ", o.host, ":", o.port,
-               e ? std::string(": ") + std::strerror(e)
-                 : std::string(" (address in use or invalid host)"));
+  const size_t fd_room = lim.rlim_cur > 256 ? size_t(lim.rlim_cur) - 128 : 128;
+  m.max_connections = std::max<size_t>(1, std::min(m.opts.max_connections, fd_room));
+
+  const auto& o = m.opts;
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  const std::string port = std::to_string(o.port);
+  if (const int rc = getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res); rc != 0)
+    return err("cannot listen on ", o.host, ":", o.port, ": ", gai_strerror(rc));
+  int fd = -1, last_errno = 0;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) break;
+    last_errno = errno;
+    close(fd);
+    fd = -1;
   }
-  impl_->bound = true;
-  return port;
+  freeaddrinfo(res);
+  if (fd < 0)
+    return err("cannot listen on ", o.host, ":", o.port, ": ",
+               last_errno ? std::strerror(last_errno) : "no usable address");
+  set_nonblocking(fd);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  const int bound_port = bound.ss_family == AF_INET6
+                             ? ntohs(reinterpret_cast<sockaddr_in6&>(bound).sin6_port)
+                             : ntohs(reinterpret_cast<sockaddr_in&>(bound).sin_port);
+  m.listen_fd = fd;
+  m.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  m.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (m.epoll_fd < 0 || m.wake_fd < 0) return err("cannot create the server's event loop: ", std::strerror(errno));
+  m.watch(m.listen_fd, EPOLLIN, EPOLL_CTL_ADD);
+  m.watch(m.wake_fd, EPOLLIN, EPOLL_CTL_ADD);
+  return bound_port;
 }
 
 void HttpServer::start() {
-  impl_->thread = std::thread([this] { impl_->svr.listen_after_bind(); });
+  impl_->reactor = std::thread([this] { impl_->loop(); });
 }
 
 void HttpServer::stop() {
   std::lock_guard lock(impl_->stop_mu);
-  if (impl_->thread.joinable()) {
-    // httplib's stop() does nothing until the accept loop runs: let a fresh start() get there.
-    for (int i = 0; i < 200 && !impl_->svr.is_running(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    impl_->svr.stop();
-    impl_->thread.join();
+  if (impl_->reactor.joinable()) {
+    impl_->stopping = true;
+    impl_->wake();
+    impl_->reactor.join();
   }
-  impl_->bound = false;
+  impl_->pool.shutdown();
 }
 
 }  // namespace orchid::server

@@ -81,17 +81,26 @@ HttpResponse error_response(const ApiError& e) {
   return r;
 }
 
+HttpServerOptions Server::http_options() {
+  HttpServerOptions h;
+  h.host = opts_.host;
+  h.port = opts_.port;
+  h.max_body_bytes = opts_.max_body_bytes;
+  // Generation requests hold a worker while they wait or stream; the rest return at once.
+  h.threads = std::clamp<size_t>(opts_.max_queue + 32, 32, 256);
+  h.cors_origins = opts_.cors_origins;
+  h.gate = [this](const HttpRequest& r) { return gate(r); };
+  h.error_body = [](int status, const std::string& msg) {
+    return error_body(status_error(status, msg));
+  };
+  h.on_answer = [this](std::string_view route, int status) {
+    metrics_.count_request(route.empty() ? "other" : route, status);
+  };
+  return h;
+}
+
 Server::Server(ServerOptions opts)
-    : opts_(std::move(opts)),
-      http_(HttpServerOptions{
-          opts_.host, opts_.port, opts_.max_body_bytes,
-          std::clamp<size_t>(opts_.max_queue + 32, 32, 256),
-          [this](const HttpRequest& r) { return gate(r); },
-          [](int status, const std::string& msg) { return error_body(status_error(status, msg)); },
-          [this](std::string_view route, int status) {
-            metrics_.count_request(route.empty() ? "other" : route, status);
-          }}),
-      scheduler_(opts_.max_queue) {
+    : opts_(std::move(opts)), http_(http_options()), scheduler_(opts_.max_queue) {
   model_name_ = opts_.model_name.empty() ? dir_name(opts_.model_dir) : opts_.model_name;
   created_ = int64_t(std::time(nullptr));
 }
@@ -226,9 +235,12 @@ void Server::shutdown() {
 // Routing and the simple endpoints.
 
 void Server::register_routes() {
-  http_.route("GET", "/health", [this](const HttpRequest&) { return handle_health(); });
-  http_.route("GET", "/v1/models", [this](const HttpRequest&) { return handle_models(); });
-  http_.route("GET", "/metrics", [this](const HttpRequest&) { return handle_metrics(); });
+  // The reactor answers these itself: they never wait for a worker, so /health stays
+  // responsive while every worker streams.
+  const auto quick = HttpServer::Runs::quick;
+  http_.route("GET", "/health", [this](const HttpRequest&) { return handle_health(); }, quick);
+  http_.route("GET", "/v1/models", [this](const HttpRequest&) { return handle_models(); }, quick);
+  http_.route("GET", "/metrics", [this](const HttpRequest&) { return handle_metrics(); }, quick);
   http_.route("POST", "/v1/chat/completions",
               [this](const HttpRequest& r) { return handle_chat(r); });
   http_.route("POST", "/v1/completions",

@@ -45,6 +45,7 @@ struct ServerOptions {
   std::string script;            // scripted: {"replies": [...]}
   bool quantize_q4 = false;      // quantize a bf16 checkpoint at load
   std::string model_name;        // the id GET /v1/models lists; "": the directory's name
+  std::vector<std::string> cors_origins;  // browser origins allowed by CORS ("*": any)
   // Keeps a stream's body open this long after its last frame ([DONE]). A workaround for Node's
   // fetch (undici 6, under the openai npm client): a reader that goes on reading after
   // abort() once the whole body has arrived never settles (nodejs/undici#4089); with the body
@@ -79,6 +80,7 @@ class Server {
 
  private:
   explicit Server(ServerOptions opts);
+  HttpServerOptions http_options();  // of opts_, for http_
   enum class LoadState { loading, ready, failed };
 
   Status load();
