@@ -15,4 +15,8 @@ Status check_forward_input(std::span<const int32_t> tokens, int64_t n_vocab, int
   return {};
 }
 
+Error forward_cancelled(int64_t done, int64_t total) {
+  return cancellation("forward cancelled after ", done, " of ", total, " tokens");
+}
+
 }  // namespace orchid

@@ -34,6 +34,10 @@ class StateSnapshot {
 
 enum class LogitsMode { last, all };
 
+// Asked between pieces of work; true: stop now. Empty: never cancelled. It runs on the thread
+// that runs forward(), so a flag set from elsewhere should be an atomic it reads.
+using CancelCheck = std::function<bool()>;
+
 // Decoding with the next token chosen on the device (see Backend::decode_on_device).
 struct DeviceDecodeOptions {
   std::vector<int32_t> stop_ids;  // a chosen stop id ends decoding (not passed to on_token)
@@ -51,8 +55,15 @@ class Backend {
   // Consumes `tokens` after state.n_past(), in chunks of at most `chunk` tokens (0: backend
   // default). logits receives [tokens.size(), n_vocab] (all) or [n_vocab] (last), fp32.
   // A token id outside the vocabulary or a state overflow is an error and changes nothing.
+  // `cancel` is asked before each chunk (the CPU backend: before each layer of each chunk; CUDA
+  // without chunked prefill: before each token); when it says stop, forward() returns an error
+  // with cancelled() set (nothing else sets it). After a cancelled forward the state's contents
+  // (recurrent state, KV rows from n_past() on) and the logits are undefined until restore() of
+  // a snapshot; n_past() is back at its value before the call, so the KV rows the call wrote lie
+  // past it, where nothing reads them, and every snapshot valid before the call stays valid.
   virtual Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
-                         std::vector<float>& logits, int64_t chunk = 0) = 0;
+                         std::vector<float>& logits, int64_t chunk = 0,
+                         const CancelCheck& cancel = {}) = 0;
   virtual std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) = 0;
   virtual Status restore(BackendState& state, const StateSnapshot& snap) = 0;
 
@@ -78,5 +89,12 @@ class Backend {
 // every id inside [0, n_vocab), and room for the tokens after n_past.
 Status check_forward_input(std::span<const int32_t> tokens, int64_t n_vocab, int64_t n_past,
                            int64_t capacity);
+
+// Whether `cancel` asks to stop (false when it is empty).
+inline bool cancel_requested(const CancelCheck& cancel) {
+  return cancel && cancel();
+}
+// The error a cancelled forward() returns: `done` of `total` tokens had been consumed.
+Error forward_cancelled(int64_t done, int64_t total);
 
 }  // namespace orchid

@@ -1,5 +1,6 @@
 // Engine::generate: restore the longest cached prefix, prefill the rest (snapshotting at the
-// generation prompt), then sample → callback → decode until a stop id, the caller or the limit.
+// generation prompt), then sample → callback → decode until a stop id, the caller, a
+// cancellation or the limit.
 #include "orchid/runtime/engine.h"
 
 #include <algorithm>
@@ -74,18 +75,22 @@ Status Engine::prefill_prompt(const GenerateRequest& req, std::vector<float>& lo
     empty_ = backend_.snapshot(*state_);
   }
   std::span<const int32_t> prompt(req.prompt);
-  // At least the last prompt token is run: its logits choose the first output token.
+  // At least the last prompt token is run: its logits choose the first output token. Every
+  // request starts from a restored snapshot, so a state left undefined by a cancelled or failed
+  // request is never read.
   int64_t done = cache_.restore_longest_prefix(backend_, *state_, prompt.first(prompt.size() - 1));
   if (done == 0) ORCHID_TRY(backend_.restore(*state_, *empty_));
   res.cached_tokens = done;
   const int64_t cut = req.snapshot_at;
   if (cut > done && cut < int64_t(prompt.size())) {
+    // Cancelled here: returns before the cut is snapshotted.
     ORCHID_TRY(backend_.forward(*state_, prompt.subspan(size_t(done), size_t(cut - done)),
-                                LogitsMode::last, logits));
+                                LogitsMode::last, logits, 0, req.cancelled));
     cache_.insert(prompt.first(size_t(cut)), backend_.snapshot(*state_));
     done = cut;
   }
-  return backend_.forward(*state_, prompt.subspan(size_t(done)), LogitsMode::last, logits);
+  return backend_.forward(*state_, prompt.subspan(size_t(done)), LogitsMode::last, logits, 0,
+                          req.cancelled);
 }
 
 bool Engine::device_decodable(const GenerateRequest& req) const {
@@ -107,8 +112,12 @@ Status Engine::decode_on_device(const GenerateRequest& req, int32_t first, int p
   opts.temperature = s.greedy || s.temperature <= 0.f ? 0.f : s.temperature;
   opts.seed = s.seed;
   int seen = 0;
-  bool caller_stopped = false;
+  bool caller_stopped = false, cancelled = false;
   auto consumed = backend_.decode_on_device(*state_, first, picks, opts, [&](int32_t id) {
+    if (cancel_requested(req.cancelled)) {
+      cancelled = true;  // this pick is not shown: the caller has gone
+      return false;
+    }
     ++seen;
     ++res.completion_tokens;
     TokenEvent ev;
@@ -117,7 +126,10 @@ Status Engine::decode_on_device(const GenerateRequest& req, int32_t first, int p
     return !caller_stopped;
   });
   if (!consumed) return consumed.error();
-  if (caller_stopped || seen < picks) res.finish_reason = "stop";  // a stop id, or the caller
+  if (cancelled)
+    res.finish_reason = "cancelled";
+  else if (caller_stopped || seen < picks)
+    res.finish_reason = "stop";  // a stop id, or the caller
   // What the state holds: the prompt, then every token the device consumed (it may have run a
   // step past the last one shown to the caller).
   history.resize(size_t(res.prompt_tokens));
@@ -137,8 +149,13 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
       return err("prompt token id ", id, " is outside the vocabulary");
   std::vector<float> logits;
   auto t0 = Clock::now();
-  ORCHID_TRY(prefill_prompt(req, logits, res));
+  const Status prefilled = prefill_prompt(req, logits, res);
   res.prefill_seconds = since(t0);
+  if (prefilled.cancelled()) {
+    res.finish_reason = "cancelled";
+    return res;
+  }
+  ORCHID_TRY(prefilled);
 
   t0 = Clock::now();
   Sampler sampler(req.sampler);
@@ -147,6 +164,10 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
   const int max_new = int(std::min<int64_t>(req.max_tokens, ctx_ - res.prompt_tokens));
   const bool on_device = device_decodable(req);
   for (int i = 0; i < max_new; ++i) {
+    if (cancel_requested(req.cancelled)) {
+      res.finish_reason = "cancelled";
+      break;
+    }
     apply_penalties(req, output, logits);
     const int32_t id = sampler.sample(logits);
     if (std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end()) {
@@ -166,10 +187,17 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
       ORCHID_TRY(decode_on_device(req, id, max_new - i - 1, on_token, res, history));
       break;
     }
-    ORCHID_TRY(
-        backend_.forward(*state_, std::span<const int32_t>(&id, 1), LogitsMode::last, logits));
+    const Status stepped = backend_.forward(*state_, std::span<const int32_t>(&id, 1),
+                                            LogitsMode::last, logits, 0, req.cancelled);
+    if (stepped.cancelled()) {
+      res.finish_reason = "cancelled";
+      break;
+    }
+    ORCHID_TRY(stepped);
   }
   res.decode_seconds = since(t0);
+  // A cancelled request's caller has gone and its state may be half a step: keep nothing.
+  if (res.finish_reason == "cancelled") return res;
   // The state now holds history minus (possibly) the last sampled token, which was never
   // fed back; keep a snapshot of exactly what it holds.
   history.resize(size_t(state_->n_past()));

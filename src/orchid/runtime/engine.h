@@ -29,6 +29,10 @@ struct GenerateRequest {
   float frequency_penalty = 0.f;   // OpenAI style: over output
   std::vector<int32_t> stop_ids;   // end of generation (not part of the output)
   int top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token (+ this many)
+  // Asked before each prefill chunk (CPU: each layer) and each generated token; true ends the
+  // request with finish_reason "cancelled" within about one chunk, layer or token. Empty: never.
+  // It runs on the engine's thread: read an atomic flag set elsewhere.
+  CancelCheck cancelled;
 };
 
 struct TokenEvent {
@@ -41,7 +45,7 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;      // prompt tokens restored from the state cache
   int64_t completion_tokens = 0;  // tokens passed to on_token (stop ids excluded)
-  std::string finish_reason;      // "stop" (stop id, or on_token asked to), "length"
+  std::string finish_reason;      // "stop" (stop id, or on_token said so), "length", "cancelled"
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
@@ -55,6 +59,8 @@ class Engine {
 
   // Runs one request. on_token sees each generated token; returning false stops generation
   // (finish_reason "stop"). A prompt that does not fit the context is an error, up front.
+  // A cancelled request (req.cancelled) is not an error: it returns what was done, and keeps no
+  // snapshot of its end in the cache (only the snapshot_at cut, if its prefill got past it).
   Expected<GenerateResult> generate(const GenerateRequest& req,
                                     const std::function<bool(const TokenEvent&)>& on_token);
 
@@ -67,6 +73,8 @@ class Engine {
   Status decode_on_device(const GenerateRequest& req, int32_t first, int picks,
                           const std::function<bool(const TokenEvent&)>& on_token,
                           GenerateResult& res, std::vector<int32_t>& history);
+  // Restores the longest cached prefix (or the empty state) and runs the rest of the prompt;
+  // a cancellation comes back as an error with cancelled() set, the live state then undefined.
   Status prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
                         GenerateResult& res);
 

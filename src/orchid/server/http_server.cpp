@@ -389,8 +389,12 @@ struct HttpServer::Impl {
         got += size_t(n);
         if (c.phase == Phase::lingering) continue;  // drained and dropped
         c.in.append(buf, size_t(n));
+        const int fd = c.fd;
         process(c);
-        if (c.phase != Phase::reading) return;  // the rest waits in the socket
+        // A dispatched request may have handed `c` to a worker, which can finish and free it
+        // before we get here: look it up again rather than touch `c`.
+        const auto it = conns.find(fd);
+        if (it == conns.end() || it->second->phase != Phase::reading) return;  // rest waits
         continue;
       }
       if (n < 0 && errno == EINTR) continue;

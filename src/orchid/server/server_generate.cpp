@@ -39,6 +39,15 @@ bool prompt_opens_thinking(std::string_view prompt) {
   return prompt.ends_with("<think>");
 }
 
+// The answer to a request the server's shutdown cut: a 503, or an error event in a stream.
+ApiError shutdown_error(int64_t tokens_sent) {
+  std::string msg = "the server is shutting down";
+  if (tokens_sent > 0)
+    msg += "; the answer was cut after " + std::to_string(tokens_sent) + " tokens";
+  return ApiError{503, "server_error", msg + "; retry on another server or later", "",
+                  "server_shutting_down"};
+}
+
 ApiError context_error(int64_t prompt_tokens, int64_t ctx, const char* param) {
   return bad_request("This model's maximum context length is " + std::to_string(ctx) +
                          " tokens; the prompt has " + std::to_string(prompt_tokens) +
@@ -139,6 +148,8 @@ void Server::release(const std::shared_ptr<Job>& job) {
 }
 
 HttpResponse Server::submit(std::shared_ptr<Job> job, const HttpRequest& http) {
+  // The engine asks between prefill chunks (and layers) and tokens; the job outlives its run.
+  job->request.cancelled = [j = job.get()] { return j->cancelled.load(std::memory_order_relaxed); };
   {
     std::lock_guard lock(mu_);
     if (draining_)
@@ -250,14 +261,10 @@ void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
     finish(error_response(e));
   };
   if (cancelled || job->cancelled || draining_) {
-    // Never started: a stream (its 200 is sent) ends cleanly; a waiting client gets a 503.
-    if (stream) {
-      emit(out.start());
-      emit(out.finish("stop", Usage{int64_t(job->request.prompt.size()), 0, 0}));
-      finish({});
-    } else {
-      fail(ApiError{503, "server_error", "the server is shutting down", "", "overloaded"});
-    }
+    // Never started: a stream (its 200 is sent) gets an error event, a waiting client a 503;
+    // neither may look like a finished answer.
+    if (stream) emit(out.start());
+    fail(shutdown_error(0));
     return;
   }
 
@@ -314,6 +321,10 @@ void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
   metrics_.cache_entries = int64_t(cache.size());
   if (!res) return fail(ApiError{500, "server_error", res.message(), "", ""});
   if (!failure.ok()) return fail(ApiError{500, "server_error", failure.message(), "", ""});
+  // Cut by a shutdown (in prefill, or between tokens): said as such, never as a finish. A job
+  // cancelled because its client left ends like a finished one; nobody reads it.
+  if (draining_ && (res->finish_reason == "cancelled" || job->cancelled))
+    return fail(shutdown_error(res->completion_tokens));
 
   // The end: text still held by the detokenizer and the stop matcher, then the parser's.
   bool stopped = stops.stopped();

@@ -1,6 +1,8 @@
 // Errors as values: the engine returns Status / Expected<T>; exceptions stay at the
 // HTTP/JSON edge. An error is one human-readable message that names the file, tensor or
-// field involved and what was expected.
+// field involved and what was expected. A cancellation (the caller asked work to stop; see
+// Backend::forward) is an error flagged as such, so callers tell it from a failure without
+// reading the message.
 #pragma once
 
 #include <string>
@@ -13,22 +15,27 @@ namespace orchid {
 
 struct Error {
   std::string message;
+  bool cancelled = false;  // made by cancellation(): stopped on request, nothing failed
 };
 
 // Status: success or an Error.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Error e) : message_(std::move(e.message)), ok_(false) {}  // NOLINT: implicit on purpose
+  Status(Error e)  // NOLINT: implicit on purpose
+      : message_(std::move(e.message)), ok_(false), cancelled_(e.cancelled) {}
 
   bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
+  // An error that is a cancellation (never true when ok()).
+  bool cancelled() const { return cancelled_; }
   const std::string& message() const { return message_; }
-  Error error() const { return Error{message_}; }
+  Error error() const { return Error{message_, cancelled_}; }
 
  private:
   std::string message_;
   bool ok_ = true;
+  bool cancelled_ = false;
 };
 
 // Expected<T>: a value or an Error.
@@ -47,6 +54,7 @@ class [[nodiscard]] Expected {
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
+  bool cancelled() const { return !ok() && std::get<1>(v_).cancelled; }
   const std::string& message() const { return std::get<1>(v_).message; }
   Error error() const { return std::get<1>(v_); }
 
@@ -73,6 +81,14 @@ Error err(const Parts&... parts) {
   std::string s;
   ((s += detail::to_piece(parts)), ...);
   return Error{std::move(s)};
+}
+
+// The same for a cancellation: cancellation("forward cancelled after ", n, " tokens").
+template <class... Parts>
+Error cancellation(const Parts&... parts) {
+  Error e = err(parts...);
+  e.cancelled = true;
+  return e;
 }
 
 }  // namespace orchid

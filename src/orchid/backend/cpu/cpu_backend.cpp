@@ -50,9 +50,9 @@ class CpuBackend final : public Backend {
   }
 
   Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
-                 std::vector<float>& logits, int64_t chunk) override {
+                 std::vector<float>& logits, int64_t chunk, const CancelCheck& cancel) override {
     auto& st = static_cast<CpuState&>(state);
-    const int64_t n = int64_t(tokens.size());
+    const int64_t n = int64_t(tokens.size()), n_past0 = st.n_past_;
     ORCHID_TRY(check_forward_input(tokens, c_.n_vocab, st.n_past_, st.capacity_));
     reserve_kv(st, st.n_past_ + n);
     if (chunk <= 0) chunk = kDefaultChunk;
@@ -64,7 +64,10 @@ class CpuBackend final : public Backend {
       float* dst = mode == LogitsMode::all ? logits.data() + i0 * V : logits.data();
       // Rows needing logits: every row in "all" mode, only the final row otherwise.
       const int64_t first_row = mode == LogitsMode::all ? 0 : (last_chunk ? T - 1 : T);
-      run_chunk(st, tokens.subspan(size_t(i0), size_t(T)), first_row, dst);
+      if (!run_chunk(st, tokens.subspan(size_t(i0), size_t(T)), first_row, dst, cancel)) {
+        st.n_past_ = n_past0;  // the contract: KV rows written since lie past n_past
+        return forward_cancelled(i0, n);
+      }
     }
     return {};
   }
@@ -113,13 +116,17 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // One chunk of T tokens; logits of rows [first_row, T) go to dst (row-major [., V]).
-  void run_chunk(CpuState& st, std::span<const int32_t> tokens, int64_t first_row, float* dst) {
+  // One chunk of T tokens; logits of rows [first_row, T) go to dst (row-major [., V]). Asks
+  // `cancel` before each layer (a layer of a 256-token chunk of a 35B model is a fraction of a
+  // second); false: cancelled, with some layers' state updated and n_past unchanged.
+  bool run_chunk(CpuState& st, std::span<const int32_t> tokens, int64_t first_row, float* dst,
+                 const CancelCheck& cancel) {
     const int64_t T = int64_t(tokens.size()), H = c_.n_embd;
     const Weights& w = m_.weights;
     std::vector<float> x(T * H), a(T * H), m(T * H);
     for (int64_t t = 0; t < T; ++t) w.tok_embd.dequant_row(tokens[size_t(t)], x.data() + t * H);
     for (int l = 0; l < c_.n_layer; ++l) {
+      if (cancel_requested(cancel)) return false;
       const LayerWeights& L = w.layers[size_t(l)];
       for (int64_t t = 0; t < T; ++t)
         cpu::rms_norm(x.data() + t * H, L.attn_norm.data(), c_.rms_norm_eps, H, a.data() + t * H);
@@ -135,12 +142,13 @@ class CpuBackend final : public Backend {
       for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += m[size_t(i)];
     }
     st.n_past_ += T;
-    if (first_row >= T) return;
+    if (first_row >= T) return true;
     const int64_t rows = T - first_row;
     for (int64_t t = first_row; t < T; ++t)
       cpu::rms_norm(x.data() + t * H, w.output_norm.data(), c_.rms_norm_eps, H,
                     a.data() + (t - first_row) * H);
     matmul(w.output, a.data(), rows, dst);
+    return true;
   }
 
   const Model& m_;

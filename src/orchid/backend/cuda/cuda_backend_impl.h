@@ -250,7 +250,8 @@ class CudaBackend final : public Backend {
   int64_t n_vocab() const override { return c_.n_vocab; }
   Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) override;
   Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
-                 std::vector<float>& logits, int64_t chunk) override;
+                 std::vector<float>& logits, int64_t chunk,
+                 const CancelCheck& cancel = {}) override;
   std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) override;
   Status restore(BackendState& state, const StateSnapshot& snap) override;
   bool can_decode_on_device() const override { return true; }
@@ -291,7 +292,11 @@ class CudaBackend final : public Backend {
   // Prefill in chunks on the tensor cores (cuda_prefill.cpp).
   Status ensure_prefill_scratch(int chunk);
   Status forward_chunked(CudaState& st, std::span<const int32_t> tokens, LogitsMode mode,
-                         std::vector<float>& logits, int64_t chunk, Profiler* prof);
+                         std::vector<float>& logits, int64_t chunk, Profiler* prof,
+                         const CancelCheck& cancel);
+  // A forward cancelled after `done` of `total` tokens: waits for the launched work, puts
+  // n_past (host and device) back to n_past0 and returns the cancellation (Backend::forward).
+  Status cancel_forward(CudaState& st, int64_t n_past0, int64_t done, int64_t total);
   Status prefill_chunk(CudaState& st, int T, Profiler* prof);
   // An fp16 GEMM operand of the prefill buffers: hi, its remainder (exact path, else null) and
   // its group sums (scaled codes, else null).

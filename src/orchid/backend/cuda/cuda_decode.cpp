@@ -13,15 +13,15 @@
 namespace orchid::cuda {
 
 Status CudaBackend::forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
-                            std::vector<float>& logits, int64_t chunk) {
+                            std::vector<float>& logits, int64_t chunk, const CancelCheck& cancel) {
   auto& st = static_cast<CudaState&>(state);
-  const int64_t n = int64_t(tokens.size());
+  const int64_t n = int64_t(tokens.size()), n_past0 = st.n_past_;
   ORCHID_TRY(check_forward_input(tokens, c_.n_vocab, st.n_past_, st.capacity_));
   const int64_t V = c_.n_vocab;
   logits.assign(size_t(mode == LogitsMode::all ? n * V : V), 0.f);
   // Two tokens or more: chunks on the tensor cores (one token is a decode step either way).
   if (sw_.prefill && n >= 2 && prefill_supported())
-    return forward_chunked(st, tokens, mode, logits, chunk, nullptr);
+    return forward_chunked(st, tokens, mode, logits, chunk, nullptr, cancel);
   ORCHID_CUDA(cudaMemsetAsync(st.d_halt, 0, sizeof(int), stream_));
   PickConfig pick;
   pick.want_logits = true;
@@ -31,6 +31,9 @@ Status CudaBackend::forward(BackendState& state, std::span<const int32_t> tokens
                                 stream_));
     for (int64_t i = 0; i < cn; ++i) {
       const int64_t t = c0 + i;
+      // Token by token, each step is a "chunk": asked before each (the host runs ahead of the
+      // GPU by the launch queue, so the stop lands within that many steps).
+      if (cancel_requested(cancel)) return cancel_forward(st, n_past0, t, n);
       const bool head = mode == LogitsMode::all || t == n - 1;
       ORCHID_CUDA(cudaMemcpyAsync(token_, prompt_ + i, 4, cudaMemcpyDeviceToDevice, stream_));
       ORCHID_TRY(run_step(st, head, pick));
@@ -43,6 +46,14 @@ Status CudaBackend::forward(BackendState& state, std::span<const int32_t> tokens
     ORCHID_TRY(sync("forward"));  // the prompt chunk buffer is reused next round
   }
   return {};
+}
+
+Status CudaBackend::cancel_forward(CudaState& st, int64_t n_past0, int64_t done, int64_t total) {
+  const int pos[2] = {int(n_past0), 0};
+  ORCHID_CUDA(cudaMemcpyAsync(st.d_pos, pos, sizeof pos, cudaMemcpyHostToDevice, stream_));
+  ORCHID_TRY(sync("cancelled forward"));  // after the launched work, which writes past n_past0
+  st.n_past_ = n_past0;
+  return forward_cancelled(done, total);
 }
 
 Expected<std::vector<int32_t>> CudaBackend::decode_on_device(

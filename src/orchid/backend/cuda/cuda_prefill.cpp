@@ -483,8 +483,9 @@ int CudaBackend::chunk_tokens() const {
 }
 
 Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> tokens, LogitsMode mode,
-                                    std::vector<float>& logits, int64_t chunk, Profiler* prof) {
-  const int64_t n = int64_t(tokens.size()), V = c_.n_vocab;
+                                    std::vector<float>& logits, int64_t chunk, Profiler* prof,
+                                    const CancelCheck& cancel) {
+  const int64_t n = int64_t(tokens.size()), V = c_.n_vocab, n_past0 = st.n_past_;
   const int C = int(chunk > 0 ? std::min<int64_t>(chunk, chunk_tokens()) : chunk_tokens());
   // Buffers for the chunk, or for the prompt rounded up to a power of two (≥ 256) when it is
   // shorter: short prompts need not hold a full chunk's 2.7 GiB, and regrowth stays rare.
@@ -504,6 +505,8 @@ Status CudaBackend::forward_chunked(CudaState& st, std::span<const int32_t> toke
   // The group sums pay only where the warp-specialised tiles read them.
   pf_->sums_on = pf_->scaled && gemm_ws_enabled();
   for (int64_t c0 = 0; c0 < n; c0 += C) {
+    // Each chunk ends synchronised (below), so a cancellation here leaves no work in flight.
+    if (cancel_requested(cancel)) return cancel_forward(st, n_past0, c0, n);
     const int T = int(std::min<int64_t>(C, n - c0));
     ORCHID_CUDA(cudaMemcpyAsync(pf_->tokens, tokens.data() + c0, size_t(T) * 4,
                                 cudaMemcpyHostToDevice, stream_));
@@ -527,7 +530,7 @@ Expected<std::vector<KernelTiming>> CudaBackend::profile_prefill(CudaState& st,
   Profiler prof(stream_);
   std::vector<float> logits(size_t(c_.n_vocab));
   prof.mark("start", 0);
-  ORCHID_TRY(forward_chunked(st, tokens, LogitsMode::last, logits, 0, &prof));
+  ORCHID_TRY(forward_chunked(st, tokens, LogitsMode::last, logits, 0, &prof, {}));
   std::vector<KernelTiming> out;
   for (size_t i = 1; i < prof.marks.size(); ++i) {
     float ms = 0;

@@ -2,9 +2,11 @@
 #include "orchid/backend/scripted/scripted_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "orchid/tokenizer/tokenizer.h"
 
@@ -42,8 +44,12 @@ class ScriptedSnapshot final : public StateSnapshot {
 
 class ScriptedBackend final : public Backend {
  public:
-  ScriptedBackend(int64_t n_vocab, std::vector<std::vector<int32_t>> replies, int32_t eos)
-      : n_vocab_(n_vocab), replies_(std::move(replies)), eos_(eos) {}
+  ScriptedBackend(int64_t n_vocab, std::vector<std::vector<int32_t>> replies, int32_t eos,
+                  double prefill_ms_per_token)
+      : n_vocab_(n_vocab),
+        replies_(std::move(replies)),
+        eos_(eos),
+        prefill_ms_per_token_(prefill_ms_per_token) {}
 
   std::string name() const override { return "scripted"; }
   int64_t n_vocab() const override { return n_vocab_; }
@@ -54,7 +60,7 @@ class ScriptedBackend final : public Backend {
   }
 
   Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
-                 std::vector<float>& logits, int64_t) override {
+                 std::vector<float>& logits, int64_t, const CancelCheck& cancel) override {
     auto& st = static_cast<ScriptedState&>(state);
     if (tokens.empty()) return err("scripted backend: forward of no tokens");
     if (st.n_past() + int64_t(tokens.size()) > st.capacity())
@@ -65,11 +71,10 @@ class ScriptedBackend final : public Backend {
         return err("token id ", tokens[i], " at position ", int64_t(i),
                    " is outside the vocabulary");
     ScriptPosition& p = st.pos;
-    if (tokens.size() == 1 && p.predicted >= 0 && tokens[0] == p.predicted)
-      ++p.fed;  // a decode step feeding back the scripted token
-    else
-      p.fed = 0;  // prompt tokens: the reply starts after them
-    st.history.insert(st.history.end(), tokens.begin(), tokens.end());
+    // A decode step feeds back the scripted token; anything else is prompt tokens.
+    const bool decode_step = tokens.size() == 1 && p.predicted >= 0 && tokens[0] == p.predicted;
+    ORCHID_TRY(consume(st, tokens, decode_step ? 0.0 : prefill_ms_per_token_, cancel));
+    p.fed = decode_step ? p.fed + 1 : 0;  // prompt tokens: the reply starts after them
 
     const std::vector<int32_t>* reply =
         p.reply >= 0 ? &replies_[size_t(p.reply) % replies_.size()] : nullptr;
@@ -97,15 +102,35 @@ class ScriptedBackend final : public Backend {
   }
 
  private:
+  // Appends tokens to the history in pieces of kScriptPiece, asking `cancel` before each and
+  // taking ms_per_token per token; a cancellation puts the history back as it was.
+  static Status consume(ScriptedState& st, std::span<const int32_t> tokens, double ms_per_token,
+                        const CancelCheck& cancel) {
+    const int64_t n = int64_t(tokens.size()), n_past0 = st.n_past();
+    for (int64_t i0 = 0; i0 < n; i0 += kScriptPiece) {
+      if (cancel_requested(cancel)) {
+        st.history.resize(size_t(n_past0));
+        st.pos.predicted = -1;
+        return forward_cancelled(i0, n);
+      }
+      const int64_t T = std::min(kScriptPiece, n - i0);
+      if (ms_per_token > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_per_token * T));
+      st.history.insert(st.history.end(), tokens.begin() + i0, tokens.begin() + i0 + T);
+    }
+    return {};
+  }
+
   int64_t n_vocab_;
   std::vector<std::vector<int32_t>> replies_;
   int32_t eos_;
+  double prefill_ms_per_token_;
   int64_t requests_begun_ = 0;
 };
 
 }  // namespace
 
-Expected<std::vector<std::string>> load_script_replies(const std::string& path) {
+Expected<Script> load_script(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return err(path, ": cannot open the script");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -113,31 +138,43 @@ Expected<std::vector<std::string>> load_script_replies(const std::string& path) 
   if (j.is_discarded()) return err(path, ": not valid JSON");
   if (!j.is_object() || !j.contains("replies") || !j["replies"].is_array())
     return err(path, ": expected {\"replies\": [\"text\", ...]}");
-  std::vector<std::string> replies;
+  Script script;
   for (const auto& r : j["replies"]) {
     if (!r.is_string()) return err(path, ": every reply must be a string, not ", r.dump());
-    replies.push_back(r.get<std::string>());
+    script.replies.push_back(r.get<std::string>());
   }
-  if (replies.empty()) return err(path, ": 'replies' is empty");
-  return replies;
+  if (script.replies.empty()) return err(path, ": 'replies' is empty");
+  if (j.contains("prefill_ms_per_token")) {
+    const auto& d = j["prefill_ms_per_token"];
+    if (!d.is_number() || d.get<double>() < 0)
+      return err(path, ": 'prefill_ms_per_token' must be a number >= 0, not ", d.dump());
+    script.prefill_ms_per_token = d.get<double>();
+  }
+  return script;
+}
+
+Expected<std::vector<std::string>> load_script_replies(const std::string& path) {
+  auto script = load_script(path);
+  if (!script) return script.error();
+  return std::move(script->replies);
 }
 
 std::unique_ptr<Backend> make_scripted_backend(int64_t n_vocab,
                                                std::vector<std::vector<int32_t>> replies,
-                                               int32_t eos) {
-  return std::make_unique<ScriptedBackend>(n_vocab, std::move(replies), eos);
+                                               int32_t eos, double prefill_ms_per_token) {
+  return std::make_unique<ScriptedBackend>(n_vocab, std::move(replies), eos, prefill_ms_per_token);
 }
 
 Expected<std::unique_ptr<Backend>> load_scripted_backend(const std::string& path,
                                                          const Tokenizer& tok, int32_t eos) {
-  auto texts = load_script_replies(path);
-  if (!texts) return texts.error();
+  auto script = load_script(path);
+  if (!script) return script.error();
   const int64_t n_vocab = tok.vocab_size();
   if (eos < 0 || eos >= n_vocab)
     return err(path, ": end-of-sequence id ", eos, " is outside the vocabulary");
   std::vector<std::vector<int32_t>> replies;
-  for (const auto& t : *texts) replies.push_back(tok.encode(t));
-  return make_scripted_backend(n_vocab, std::move(replies), eos);
+  for (const auto& t : script->replies) replies.push_back(tok.encode(t));
+  return make_scripted_backend(n_vocab, std::move(replies), eos, script->prefill_ms_per_token);
 }
 
 }  // namespace orchid

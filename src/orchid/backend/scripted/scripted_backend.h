@@ -15,6 +15,11 @@
 //    (a thinking prompt ends with "<think>\n", which the reasoning reply also starts with). A
 //    prompt chunk of exactly the one scripted token would be misread as a decode step; chat
 //    prompts end with a generation prompt of several tokens, so this does not happen there.
+//
+// Cancellation. With "prefill_ms_per_token": x in the script, a prompt forward sleeps x ms per
+// token, in pieces of kScriptPiece tokens, and asks its CancelCheck before each piece (decode
+// steps take no time and ask once), so server tests can cancel a slow prefill. A cancelled
+// forward leaves the history as it was before the call.
 #pragma once
 
 #include <cstdint>
@@ -30,14 +35,23 @@ namespace orchid {
 class Tokenizer;
 
 inline constexpr float kScriptLogit = 100.f;
+inline constexpr int64_t kScriptPiece = 16;  // prompt tokens between cancellation checks
 
-// Reads {"replies": ["text", ...]} (at least one reply, each a string). Errors name the file.
+struct Script {
+  std::vector<std::string> replies;
+  double prefill_ms_per_token = 0;  // time a prompt forward takes per token
+};
+
+// Reads {"replies": ["text", ...], "prefill_ms_per_token": x} (at least one reply, each a
+// string; the delay is optional, a number ≥ 0). Errors name the file.
+Expected<Script> load_script(const std::string& path);
+// load_script's replies.
 Expected<std::vector<std::string>> load_script_replies(const std::string& path);
 
 // PRECONDITION: replies is not empty; every id (and eos) is in [0, n_vocab).
 std::unique_ptr<Backend> make_scripted_backend(int64_t n_vocab,
                                                std::vector<std::vector<int32_t>> replies,
-                                               int32_t eos);
+                                               int32_t eos, double prefill_ms_per_token = 0);
 
 // The script at `path` encoded with `tok`; the backend's vocabulary is the tokenizer's.
 Expected<std::unique_ptr<Backend>> load_scripted_backend(const std::string& path,
