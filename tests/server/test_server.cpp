@@ -18,6 +18,7 @@
 #include "../test_util.h"
 #include "raw_connection.h"
 #include "orchid/server/server.h"
+#include "orchid/util/json_depth.h"
 
 namespace orchid::test {
 namespace {
@@ -472,6 +473,54 @@ TEST_F(ServerTest, BadInputIs4xxAndTheServerKeepsServing) {
   auto ok = post(port, "/v1/chat/completions", chat_body().dump(), auth());
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
+}
+
+// Client JSON nested past kMaxJsonDepth (128) is refused with a 400 before anything recurses
+// over it: in a tool's parameters, in an assistant's tool-call arguments given as an object or
+// as a JSON string, on every endpoint that renders messages. 35,000 levels once overflowed the
+// stack in the template's tojson (a 70 KB request took the server down). Real nesting (a
+// schema ~100 levels deep) still renders.
+TEST_F(ServerTest, DeepNestingIs400AndTheServerKeepsServing) {
+  const int port = tool_port();
+  auto deep = [](int levels) {
+    std::string s;
+    for (int i = 0; i < levels; ++i) s += R"({"type":"object","properties":{"a":)";
+    s += "{}";
+    for (int i = 0; i < levels; ++i) s += "}}";
+    return s;
+  };
+  auto with_tool = [](const std::string& parameters) {
+    return R"({"model":"tiny","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":)" +
+           parameters + "}}]}";
+  };
+  auto with_call = [](const std::string& arguments) {
+    return R"({"model":"tiny","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":)" +
+           arguments + R"(}}]},{"role":"tool","tool_call_id":"c","content":"ok"}]})";
+  };
+  const std::string hostile = deep(17'500);  // 35,000 levels, ~600 KB
+  const std::vector<std::pair<std::string, std::string>> bodies = {
+      {"tools[].function.parameters", with_tool(hostile)},
+      {"arguments as an object", with_call(hostile)},
+      {"arguments as a string", with_call(OJson(hostile).dump())},
+      {"arguments as a string, just past the limit", with_call(OJson(deep(kMaxJsonDepth / 2)).dump())},
+  };
+  for (const std::string path : {"/v1/chat/completions", "/apply-template", "/tokenize"}) {
+    for (const auto& [what, body] : bodies) {
+      SCOPED_TRACE(path + std::string(": ") + what);
+      auto r = post(port, path, body);
+      expect_error(port, r, 400, what);
+      // Refused by the request's own bound, not left to the template's (512 levels).
+      EXPECT_NE(r->body.find("more than 128 levels deep"), std::string::npos) << tail(r->body);
+    }
+  }
+  // A schema 50 levels deep (100 JSON levels) and arguments as deep, as an object and as a
+  // string: rendered.
+  const std::string real = deep(50);
+  for (const std::string& body : {with_tool(real), with_call(real), with_call(OJson(real).dump())}) {
+    auto r = post(port, "/apply-template", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << tail(r->body);
+  }
 }
 
 TEST_F(ServerTest, OversizeBodyIs413BeforeItIsRead) {

@@ -170,6 +170,9 @@ TEST(ChatTemplate, TemplateThatRaisesOnTheProbeIsKept) {
   auto bad = t->render(OJson::parse(R"([{"role": "user", "content": "x"}])"), OJson(), {});
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(contains(bad.message(), "need a system turn"));
+  // Render errors reach clients: they name the model's file, not where the server keeps it.
+  EXPECT_TRUE(contains(bad.message(), "chat_template.jinja")) << bad.message();
+  EXPECT_FALSE(contains(bad.message(), dir.str())) << bad.message();
 }
 
 TEST(ChatTemplate, LoadMissingDirectoryIsAnError) {
@@ -216,6 +219,11 @@ TEST(ChatTemplate, StringToolArgumentsAreParsed) {
   auto bad = t.render(with_args("{city: Paris"), OJson(), {});
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(contains(bad.message(), "messages[1].tool_calls[0] arguments are not valid JSON"));
+  // Nested past kMaxJsonDepth: refused before parsing (the template's tojson recurses).
+  const std::string deep = "{\"a\":" + std::string(20000, '[') + std::string(20000, ']') + "}";
+  auto too_deep = t.render(with_args(deep), OJson(), {});
+  ASSERT_FALSE(too_deep.ok());
+  EXPECT_TRUE(contains(too_deep.message(), "levels deep")) << too_deep.message();
 }
 
 TEST(ChatTemplate, VariablesPassedLikeTransformers) {

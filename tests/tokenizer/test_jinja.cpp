@@ -488,6 +488,47 @@ TEST(Jinja, LimitsAreErrorsNotCrashes) {
   }
 }
 
+// Data nested past kMaxDataDepth: every walk that recurses per level (tojson, repr, ==, <, in,
+// a namespace holding itself) fails with a limit error; data just inside the bound renders.
+TEST(Jinja, DeepDataIsALimitErrorInEveryWalk) {
+  // [[[...[1]...]]] `levels` deep, built without recursion.
+  auto nested = [](int levels) {
+    Json j = 1;
+    for (int i = 0; i < levels; ++i) {
+      Json outer = Json::array();
+      outer.push_back(std::move(j));
+      j = std::move(outer);
+    }
+    return j;
+  };
+  const Json deep{{"x", nested(kMaxDataDepth + 50)}, {"y", nested(kMaxDataDepth + 50)}};
+  for (const char* src : {"{{ x|tojson }}", "{{ x }}", "{{ x|string }}", "{{ x == y }}",
+                          "{{ x < y }}", "{{ x in [y] }}", "{{ [x]|tojson(indent=1) }}"}) {
+    SCOPED_TRACE(src);
+    auto t = Template::parse(src);
+    ASSERT_TRUE(t.ok()) << t.message();
+    auto out = t->render(deep);
+    ASSERT_FALSE(out.ok()) << out->substr(0, 80);
+    EXPECT_NE(out.message().find("levels deep"), std::string::npos) << out.message();
+  }
+  // Namespaces nest too (a chain, not a cycle: a namespace holding itself would leak).
+  auto self = Template::parse(
+      "{% set h = namespace(v=1) %}{% for i in range(600) %}{% set h.v = namespace(inner=h.v) %}"
+      "{% endfor %}{{ h }}");
+  ASSERT_TRUE(self.ok()) << self.message();
+  auto out = self->render(Json::object());
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.message().find("levels deep"), std::string::npos) << out.message();
+  // Inside the bound every walk works.
+  const Json fine{{"x", nested(kMaxDataDepth - 2)}, {"y", nested(kMaxDataDepth - 2)}};
+  auto t = Template::parse("{{ x == y }} {{ (x|tojson)|length }} {{ (x|string)|length }}");
+  ASSERT_TRUE(t.ok());
+  auto ok = t->render(fine);
+  ASSERT_TRUE(ok.ok()) << ok.message();
+  const std::string n = std::to_string(2 * (kMaxDataDepth - 2) + 1);
+  EXPECT_EQ(*ok, "True " + n + " " + n);
+}
+
 // Random token soup and random bytes: every input parses or fails with a message, and every
 // parsed template renders or fails with a message.
 TEST(Jinja, GarbageNeverCrashes) {

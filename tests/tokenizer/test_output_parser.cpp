@@ -343,6 +343,10 @@ TEST(ToolArgs, TypedBySchema) {
   EXPECT_EQ(typed("config", "[1]"), R"("[1]")");
   EXPECT_EQ(typed("tags", R"(["a", "b"])"), R"(["a","b"])");
   EXPECT_EQ(typed("tags", "a, b"), R"("a, b")");
+  // Model output nested past kMaxJsonDepth stays text (the answer's dump recurses per level).
+  const std::string deep = std::string(40000, '[') + std::string(40000, ']');
+  EXPECT_EQ(type_param_value(deep, find_param_schema(test_tools(), "set_options", "tags")),
+            nlohmann::ordered_json(deep));
   // no type: JSON if it parses, else the string
   EXPECT_EQ(typed("anything", "12"), "12");
   EXPECT_EQ(typed("anything", R"({"k":1})"), R"({"k":1})");

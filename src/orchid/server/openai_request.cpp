@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "orchid/util/json_depth.h"
+
 namespace orchid::server {
 namespace {
 
@@ -27,6 +29,14 @@ const char* type_name(const OJson& v) {
 
 ApiError wrong_type(const std::string& param, const char* expected, const OJson& got) {
   return bad_request("'" + param + "' must be " + expected + ", not " + type_name(got), param);
+}
+
+// JSON nested past kMaxJsonDepth: refused before it is parsed (`param` "" for the whole body).
+ApiError too_deep(const std::string& param) {
+  return bad_request((param.empty() ? std::string("the body") : "'" + param + "'") +
+                         " nests arrays and objects more than " + std::to_string(kMaxJsonDepth) +
+                         " levels deep",
+                     param);
 }
 
 // The value of `key`, or nullptr when absent or null (both mean "not given").
@@ -224,6 +234,8 @@ Err check_tool_calls(const OJson& calls, const std::string& param) {
                          p + ".function.name");
     const OJson* args = field(*fn, "arguments");
     if (args && args->is_string()) {
+      if (json_too_deep(args->get_ref<const std::string&>()))
+        return too_deep(p + ".function.arguments");
       OJson parsed = OJson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
       if (!parsed.is_object())
         return bad_request("'" + p + ".function.arguments' must hold a JSON object",
@@ -351,6 +363,9 @@ std::string error_body(const ApiError& e) {
 }
 
 ApiExpected<OJson> parse_json_object(std::string_view body) {
+  // Measured before parsing: every later walk over the value (copies, the template's tojson,
+  // the answer's dump) recurses once per level.
+  if (json_too_deep(body)) return too_deep("");
   OJson j;
   try {
     j = OJson::parse(body);

@@ -7,6 +7,8 @@
 #include <iterator>
 #include <string_view>
 
+#include "orchid/util/json_depth.h"
+
 namespace orchid {
 namespace {
 
@@ -144,6 +146,9 @@ Expected<OJson> normalise(const OJson& messages) {
         *args = OJson::object();
         continue;
       }
+      if (json_too_deep(text))
+        return err("chat template: ", where, ".tool_calls[", std::to_string(k),
+                   "] arguments nest more than ", std::to_string(kMaxJsonDepth), " levels deep");
       OJson parsed = OJson::parse(text, nullptr, /*allow_exceptions=*/false);
       if (parsed.is_discarded())
         return err("chat template: ", where, ".tool_calls[", std::to_string(k),
@@ -174,7 +179,9 @@ Expected<ChatTemplate> ChatTemplate::load(const std::string& model_dir) {
     return err("model directory ", model_dir, " does not exist or is not a directory");
   Found f = find_template(model_dir);
   if (f.problem.empty()) {
-    auto tpl = jinja::Template::parse(f.source, f.origin);
+    // Render errors reach clients: they name the model's file, never where the server keeps
+    // it (the log lines below, for the operator, give the whole path).
+    auto tpl = jinja::Template::parse(f.source, fs::path(f.origin).filename().string());
     if (tpl) {
       ChatTemplate t(std::move(*tpl), std::move(f.source), f.origin);
       t.bos_token_ = f.bos_token;

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "orchid/util/json_depth.h"
+
 namespace orchid {
 
 namespace {
@@ -177,6 +179,8 @@ nlohmann::ordered_json type_param_value(const std::string& raw, const nlohmann::
     if (iequals(trimmed, "true")) return true;
     if (iequals(trimmed, "false")) return false;
   }
+  // Model output nested past the limit stays text: the answer's dump recurses per level.
+  if (json_too_deep(raw)) return raw;
   auto parsed = nlohmann::ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_discarded() && !parsed.is_string()) {
     if ((json_type_bit(parsed) & (permitted | kNull)) != 0) return parsed;

@@ -111,7 +111,14 @@ bool truthy(const Value& v) {
 
 namespace {
 
-void append_json_repr(std::string& out, const Json& j) {
+// repr, ==, < and tojson recurse once per level of the data they walk.
+void check_depth(int depth) {
+  if (depth > kMaxDataDepth)
+    fail(ErrorKind::limit, "data nested more than " + std::to_string(kMaxDataDepth) + " levels deep");
+}
+
+void append_json_repr(std::string& out, const Json& j, int depth) {
+  check_depth(depth);
   switch (j.type()) {
     case Json::value_t::null:
       out += "None";
@@ -137,7 +144,7 @@ void append_json_repr(std::string& out, const Json& j) {
       for (const Json& e : j) {
         if (!first) out += ", ";
         first = false;
-        append_json_repr(out, e);
+        append_json_repr(out, e, depth + 1);
       }
       out += ']';
       break;
@@ -150,7 +157,7 @@ void append_json_repr(std::string& out, const Json& j) {
         first = false;
         py::append_str_repr(out, it.key());
         out += ": ";
-        append_json_repr(out, it.value());
+        append_json_repr(out, it.value(), depth + 1);
       }
       out += '}';
       break;
@@ -164,9 +171,8 @@ void append_json_repr(std::string& out, const Json& j) {
   }
 }
 
-}  // namespace
-
-void append_repr(std::string& out, const Value& v) {
+void append_repr(std::string& out, const Value& v, int depth) {
+  check_depth(depth);
   switch (v.kind()) {
     case Value::Kind::undefined:
       out += "Undefined";
@@ -175,7 +181,7 @@ void append_repr(std::string& out, const Value& v) {
       if (v.is_generator()) {
         out += "<generator object>";
       } else {
-        append_json_repr(out, v.data());
+        append_json_repr(out, v.data(), depth);
       }
       return;
     case Value::Kind::callable:
@@ -198,9 +204,15 @@ void append_repr(std::string& out, const Value& v) {
     first = false;
     py::append_str_repr(out, k);
     out += ": ";
-    append_repr(out, a);
+    append_repr(out, a, depth + 1);  // a namespace may hold itself
   }
   out += "}>";
+}
+
+}  // namespace
+
+void append_repr(std::string& out, const Value& v) {
+  append_repr(out, v, 0);
 }
 
 std::string to_str(const Value& v) {
@@ -298,7 +310,8 @@ bool numbers_equal(const Json& a, const Json& b) {
          (b.is_boolean() ? double(b.get<bool>()) : b.get<double>());
 }
 
-bool json_equal(const Json& a, const Json& b) {
+bool json_equal(const Json& a, const Json& b, int depth = 0) {
+  check_depth(depth);
   if (is_numeric(a) && is_numeric(b)) return numbers_equal(a, b);
   if (a.type() != b.type()) return false;
   switch (a.type()) {
@@ -310,13 +323,13 @@ bool json_equal(const Json& a, const Json& b) {
     case Json::value_t::array:
       if (a.size() != b.size()) return false;
       for (size_t i = 0; i < a.size(); ++i)
-        if (!json_equal(a[i], b[i])) return false;
+        if (!json_equal(a[i], b[i], depth + 1)) return false;
       return true;
     case Json::value_t::object:  // dict equality ignores order
       if (a.size() != b.size()) return false;
       for (auto it = a.begin(); it != a.end(); ++it) {
         auto other = b.find(it.key());
-        if (other == b.end() || !json_equal(it.value(), *other)) return false;
+        if (other == b.end() || !json_equal(it.value(), *other, depth + 1)) return false;
       }
       return true;
     default:
@@ -342,7 +355,10 @@ bool equal(const Value& a, const Value& b) {
   return false;
 }
 
-bool less(const Value& a, const Value& b, std::string_view op) {
+namespace {
+
+bool less(const Value& a, const Value& b, std::string_view op, int depth) {
+  check_depth(depth);
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   if (a.is_data() && b.is_data() && !a.is_generator() && !b.is_generator()) {
@@ -360,13 +376,19 @@ bool less(const Value& a, const Value& b, std::string_view op) {
     if (x.is_array() && y.is_array()) {
       for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
         if (json_equal(x[i], y[i])) continue;
-        return less(a.child(x[i]), b.child(y[i]), "<");
+        return less(a.child(x[i]), b.child(y[i]), "<", depth + 1);
       }
       return x.size() < y.size();
     }
   }
   type_error("'" + std::string(op) + "' not supported between instances of '" + type_name(a) +
              "' and '" + type_name(b) + "'");
+}
+
+}  // namespace
+
+bool less(const Value& a, const Value& b, std::string_view op) {
+  return less(a, b, op, 0);
 }
 
 bool contains(const Value& container, const Value& item) {
@@ -424,6 +446,7 @@ size_t length(const Value& v) {
 namespace {
 
 void dump(std::string& out, const Json& j, const DumpOptions& o, int level) {
+  check_depth(level);
   switch (j.type()) {
     case Json::value_t::null:
       out += "null";

@@ -128,6 +128,11 @@ bool as_int(const Value& v, int64_t& out);
 // Any number or bool as double. False otherwise.
 bool as_number(const Value& v, double& out);
 
+// Data nested deeper fails with ErrorKind::limit in repr, ==, <, `in` and tojson (each
+// recurses per level). Client JSON is refused past kMaxJsonDepth (128) before it gets here;
+// this bounds what a template builds itself (e.g. a list appended into itself in a loop).
+inline constexpr int kMaxDataDepth = 512;
+
 // json.dumps(x, ensure_ascii, indent, separators, sort_keys).
 struct DumpOptions {
   std::optional<std::string> indent;  // the indent string; nullopt: single line
