@@ -10,8 +10,7 @@ grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/i
 scripts/build.sh default orchid orchid_cuda_tests orchid_gemv_lab
 rm -rf .device && mkdir -p .device/bin .device/lib
 cp build/orchid build/orchid_cuda_tests build/orchid_gemv_lab .device/bin/
-for lib in libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libbrotlidec.so.1 \
-           libbrotlienc.so.1 libbrotlicommon.so.1 libdw.so.1 libelf.so.1; do
+for lib in libpcre2-8.so.0 libutf8proc.so.2 libdw.so.1 libelf.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .device/lib/
 done
 # The commit the binaries come from (+dirty with uncommitted changes): the bench JSONs' "commit"
