@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace orchid::test {
 
@@ -126,6 +128,17 @@ inline CommandResult run_command(const std::string& command) {
 // Runs the built `orchid` binary with `args` (already shell-quoted where needed).
 inline CommandResult run_orchid(const std::string& args) {
   return run_command(shell_quote(ORCHID_BINARY) + " " + args);
+}
+
+// n token ids in [3, vocab) from a 64-bit LCG started at `seed` (a stand-in prompt).
+inline std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(size_t(n), 0);
+  uint64_t x = seed;
+  for (auto& id : ids) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = int32_t(3 + (x >> 33) % uint64_t(vocab - 3));
+  }
+  return ids;
 }
 
 }  // namespace orchid::test

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "orchid/backend/cuda/dp4a_q4.cuh"
+#include "orchid/backend/cuda/decode/dp4a_q4.cuh"
 
 namespace orchid::cuda {
 namespace {
@@ -272,13 +272,10 @@ int main(int argc, char** argv) {
     // The shipped kernels: launch_gemv on each of its q4 paths.
     struct Path {
       const char* name;
-      bool mma, dp4a;
+      bool dp4a;
     };
-    for (const Path& path : {Path{"launch_gemv: upfront, dp4a", false, true},
-                             Path{"launch_gemv: dp4a off (fp32, row batches)", false, false},
-                             Path{"launch_gemv: tensor cores", true, true}}) {
-      set_mma_enabled(path.mma);
-      set_mma_min_rows(0);
+    for (const Path& path : {Path{"launch_gemv: upfront, dp4a", true},
+                             Path{"launch_gemv: dp4a off (fp32, row batches)", false}}) {
       set_dp4a_enabled(path.dp4a);
       measure(
           path.name,
@@ -291,7 +288,6 @@ int main(int argc, char** argv) {
           true);
     }
     // The upfront dp4a kernel with its weights in L2 (every launch on set 0).
-    set_mma_enabled(false);
     set_dp4a_enabled(true);
     measure(
         "upfront dp4a, weights in L2",

@@ -14,7 +14,8 @@ for lib in libpcre2-8.so.0 libutf8proc.so.2 libdw.so.1 libelf.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .device/lib/
 done
 # The commit the binaries come from (+dirty with uncommitted changes): the bench JSONs' "commit"
-# (run.sh exports it as ORCHID_COMMIT; that machine's copy of the tree has no current git HEAD).
+# (`orchid bench` reads ../commit beside its bin/; that machine's copy of the tree has no current
+# git HEAD).
 { git rev-parse --short HEAD; git diff --quiet HEAD || echo dirty; } | paste -sd+ > .device/commit
 # The device tool carries at most 64 MiB: binaries travel stripped and gzipped (run.sh unpacks).
 strip .device/bin/*

@@ -14,6 +14,8 @@
 #        the CUDA and CPU backends (test CudaFullSize), as $OUT/full_size.log
 #   timeline: Nsight Systems trace of decode at the first context; each kernel's share of the
 #        step (how far it moves the step's end, scripts/device/timeline.py) as $OUT/timeline.txt
+#   golden-bits: sha256 of the CUDA logits of the golden prompts and a demo-model prompt, as
+#        $OUT/golden-bits.json (compare two binaries' lists)
 #   lab: the GEMV design experiments (bench/cuda/gemv_lab.cu), as $OUT/gemv-lab.json
 #   tokenizer: the demo model's tokenizer (issue 7) from .device-data/corpus.txz (make_corpus.py's
 #        output, xz: the carry limit) and the Qwen3 reference files in .device-data/qwen3-ref, as $OUT/demo-tokenizer/
@@ -22,7 +24,7 @@
 #        checkpoint, eval text, its reference, results.json and train.log as $OUT/demo-model/ (6 files)
 #   demo-eval: the demo model's teacher-forced fidelity on the CUDA backend against the committed HF
 #        reference (tests/fixtures/orchid-demo): chunked prefill in 1,024-token windows, one
-#        4,100-token prefill, and step by step (ORCHID_PREFILL=0), as $OUT/demo-eval-*.json; then
+#        4,100-token prefill, and step by step (ORCHID_PREFILL_CHUNK=1), as $OUT/demo-eval-*.json; then
 #        one greedy answer on the GPU
 #   prefill-timeline: Nsight Systems trace of `orchid bench prefill` at the first length alone
 #        (no ablations): GPU kernels and memory operations, and the CUDA API calls, as
@@ -44,8 +46,7 @@ contexts="${2:-256,512,1024,2048,4096,8192,16384,32768,65536,131072}"
 out="${OUT:-/tmp/orchid-out}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$root/.device/lib:${LD_LIBRARY_PATH:-}"
-# The binaries' commit for the bench JSONs (pack.sh; commands outside this script export it too).
-[[ -f "$root/.device/commit" ]] && export ORCHID_COMMIT="$(cat "$root/.device/commit")"
+# The binaries' commit for the bench JSONs: .device/commit (pack.sh), read by `orchid bench`.
 bin="$root/.device/bin"
 for f in "$bin"/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -162,7 +163,7 @@ if [[ "$what" == demo-eval ]]; then
       --reference "$fx/heldout-eval.ref.npy" --backend cuda --json)
   "${ev[@]}" > "$out/demo-eval-chunked.json" || status=1
   "${ev[@]}" --window 4100 > "$out/demo-eval-whole.json" || status=1
-  ORCHID_PREFILL=0 "${ev[@]}" > "$out/demo-eval-steps.json" || status=1
+  ORCHID_PREFILL_CHUNK=1 "${ev[@]}" > "$out/demo-eval-steps.json" || status=1
   for f in chunked whole steps; do echo "$f: $(cat "$out/demo-eval-$f.json")"; done
   "$bin/orchid" run -p "What does orchid mean?" --greedy -n 60 --backend cuda || status=1
 fi
@@ -193,6 +194,39 @@ if [[ "$what" == ncu-source ]]; then
     xz -T4 "$out/ncu-source-$k.csv"
   done
   grep -E "^==|reasons|mbarrier" "$out/ncu-source-summary.txt"
+fi
+if [[ "$what" == golden-bits ]]; then
+  # The CUDA backend's logits of every golden prompt (whole, and in chunks of 16) and of a
+  # 3,000-token demo-model prompt (whole, and in chunks of 1,000), as sha256 per array in
+  # $OUT/golden-bits.json: two binaries compute the same bits where their lists match.
+  python3 - "$bin/orchid" "$out/golden-bits.json" <<'PY' || status=1
+import hashlib, json, os, subprocess, sys, tempfile
+orchid, dst = sys.argv[1:]
+runs = []
+for cfg in ("tiny", "odd"):
+    g = json.load(open(f"tests/fixtures/golden/{cfg}/ref/golden.json"))
+    for layout in g["layouts"]:
+        for i, p in enumerate(g["prompts"]):
+            for chunk in (0, 16):
+                runs.append((f"{cfg}/{layout}/p{i}/chunk{chunk}",
+                             f"tests/fixtures/golden/{cfg}/{layout}", p, chunk))
+x, demo = 12345, []
+for _ in range(3000):
+    x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
+    demo.append(3 + (x >> 33) % 4000)
+runs += [(f"demo/3000/chunk{c}", "models/orchid-demo", demo, c) for c in (0, 1000)]
+res = {}
+with tempfile.TemporaryDirectory() as tmp:
+    f = os.path.join(tmp, "logits.npy")
+    for key, model, ids, chunk in runs:
+        r = subprocess.run([orchid, "logits", "-m", model, "--backend", "cuda", "--tokens",
+                            ",".join(map(str, ids)), "--chunk", str(chunk), "--out", f],
+                           capture_output=True, text=True)
+        res[key] = (hashlib.sha256(open(f, "rb").read()).hexdigest() if r.returncode == 0
+                    else "error: " + r.stderr[-300:])
+json.dump(res, open(dst, "w"), indent=1)
+print("\n".join(f"{k:28s} {v[:16]}" for k, v in res.items()))
+PY
 fi
 if [[ "$what" == lab ]]; then
   "$bin/orchid_gemv_lab" "$out/gemv-lab.json" 2>&1 | tee "$out/gemv-lab.log" || status=1

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -33,10 +34,16 @@ std::string run_command(const char* cmd) {
   return out;
 }
 
-// The commit the binary was built from: $ORCHID_COMMIT where the build script recorded it (the GPU
-// machine's copy of the tree has no up-to-date git history), else the checkout's HEAD.
+// The commit the binary was built from: the file `commit` beside its bin/ folder where
+// scripts/device/pack.sh recorded it (the GPU machine's copy of the tree has no up-to-date git
+// history), else the checkout's HEAD.
 std::string source_commit() {
-  if (const char* c = std::getenv("ORCHID_COMMIT"); c && *c) return c;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    std::ifstream in(exe.parent_path().parent_path() / "commit");
+    if (std::string c; in && std::getline(in, c) && !c.empty()) return c;
+  }
   return run_command("git rev-parse HEAD 2>/dev/null");
 }
 
@@ -140,7 +147,7 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "4096,32768 for decode, 512,2048,8192 for prefill)");
   cmd->add_option("--ablations", args->ablations,
                   "--synthetic prefill: only these switch ablations by name (comma-separated, "
-                  "e.g. scaled_codes_off,exact_prefill_off; default: every one)")
+                  "e.g. flash_prefill_off,exact_prefill_off; default: every one)")
       ->delimiter(',');
   cmd->add_option("--profile-lengths", args->profile_lengths,
                   "--synthetic prefill: more prompt lengths for the per-kernel report alone "

@@ -13,21 +13,14 @@
 namespace orchid {
 namespace {
 
+// The stand-in prompts' seed (test::prompt_ids).
+constexpr uint64_t kPromptSeed = 0x9e3779b97f4a7c15ull;
+
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kChunk = 256;  // the CPU backend's default prefill chunk
 
 // n ids in [3, vocab), the same every run.
-std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
-  std::vector<int32_t> ids(size_t(n), 0);
-  uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (auto& id : ids) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    id = int32_t(3 + (x >> 33) % uint64_t(vocab - 3));
-  }
-  return ids;
-}
-
 // Counts its calls; says stop from call `stop_at` on (1-based; 0: never), noting when it first
 // did.
 struct CountingCheck {
@@ -66,7 +59,7 @@ class CpuCancel : public ::testing::Test {
 
 // 1,100 tokens are 5 chunks of at most 256: the check runs before each of the 4 layers of each.
 TEST_F(CpuCancel, AskedBeforeEveryLayerOfEveryChunk) {
-  const auto ids = prompt_ids(1100, backend_->n_vocab());
+  const auto ids = test::prompt_ids(1100, backend_->n_vocab(), kPromptSeed);
   const int chunks = int((1100 + kChunk - 1) / kChunk);
   auto st = new_state();
   CountingCheck check;
@@ -86,7 +79,7 @@ TEST_F(CpuCancel, AskedBeforeEveryLayerOfEveryChunk) {
 // forward returns at that check, says so, and leaves n_past at 100; restoring the snapshot taken
 // at 100 tokens, the same forward then gives exactly the logits of a state never cancelled.
 TEST_F(CpuCancel, StopsAtTheNextLayerAndTheRestoredStateRunsAsNew) {
-  const auto ids = prompt_ids(1200, backend_->n_vocab());
+  const auto ids = test::prompt_ids(1200, backend_->n_vocab(), kPromptSeed);
   const std::span<const int32_t> head(ids.data(), 100), rest(ids.data() + 100, 1100);
   std::vector<float> want, got;
   {

@@ -1,4 +1,4 @@
-// The chunked DeltaNet scan's partition (delta_net_chunk_tile.h) run on the CPU: one scan block
+// The chunked DeltaNet scan's partition (prefill/delta_net_chunk_tile.h) run on the CPU: one scan block
 // of kernel_gdn_chunk_scan emulated warp by warp between its barriers, with mma.sync m16n8k16 and
 // ldmatrix (plain and .trans) written from the PTX ISA's fragment rules rather than from the
 // header, the tile copies landing either as they are issued or only at the wait that covers them,
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "orchid/backend/cuda/delta_net_chunk_tile.h"
+#include "orchid/backend/cuda/prefill/delta_net_chunk_tile.h"
 #include "orchid/util/bf16.h"
 
 namespace orchid {

@@ -1,4 +1,4 @@
-// The wgmma layouts of the CUDA kernels (wgmma_layout.h, attention_wgmma_tile.h) against an
+// The wgmma layouts of the CUDA kernels (common/wgmma_layout.h, prefill/flash_attention_wgmma_tile.h) against an
 // emulation of what the tensor cores read, written from the PTX ISA's rules rather than from those
 // headers: matrix descriptors decoded bit by bit, the canonical K-major and MN-major layouts with
 // the 128-byte swizzle applied to address bits, and the m64nNk16 fragment ownership. It runs on
@@ -13,7 +13,7 @@
 #include <set>
 #include <vector>
 
-#include "orchid/backend/cuda/attention_wgmma_tile.h"
+#include "orchid/backend/cuda/prefill/flash_attention_wgmma_tile.h"
 #include "orchid/util/bf16.h"
 
 namespace orchid {
@@ -110,7 +110,7 @@ TEST(WgmmaLayout, FragmentMaps) {
 }
 
 // The prefill GEMM's shared tiles ([rows, 64] fp16, sw128_offset, descriptor + 32 bytes a k16
-// step: gemm_tile.cuh) run correctly on the H200, so the emulation's K-major rule must reproduce
+// step: prefill/gemm_tile.cuh) run correctly on the H200, so the emulation's K-major rule must reproduce
 // them: this anchors the emulation to hardware.
 TEST(WgmmaLayout, EmulationMatchesTheGemmTiles) {
   const uint32_t tile = 3 * 1024;
@@ -123,7 +123,7 @@ TEST(WgmmaLayout, EmulationMatchesTheGemmTiles) {
       }
 }
 
-// The warp-specialised GEMM's B tile (gemm_ws.cuh): 136 rows, the codes in rows 0 … 127 as the
+// The warp-specialised GEMM's B tile (prefill/gemm_ws.cuh): 136 rows, the codes in rows 0 … 127 as the
 // producer stores them (thread t: row t, chunk c at sw128_offset(t, c)) and 8 rows of ones after
 // them; m64n136k16 reads row n of its k16 step where the kernel stored it, and its accumulator
 // registers 64 … 67 are columns 128 … 135 (the row sums) of rows wgmma_frag_row(t, 0 | 1).

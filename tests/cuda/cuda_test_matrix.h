@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "orchid/backend/cuda/prefill_kernels.h"
+#include "orchid/backend/cuda/prefill/prefill_kernels.h"
 
 namespace orchid::test {
 
@@ -58,7 +58,7 @@ inline double scaled_code(const HostMatrix& h, int r, int c) {
   return std::fabs(double(bf16_to_f32(uint16_t(p))) * double(q));
 }
 
-// The dp4a kernels' worst case for row r (dp4a_q4.cuh): each input off by at most its group's
+// The dp4a kernels' worst case for row r (decode/dp4a_q4.cuh): each input off by at most its group's
 // largest |x̂| / 64,516 (gmax: per element, test::group_max_abs), so the dot product by
 // Σ_c |scale · code_c| · gmax(c) / 64,516.
 inline double dp4a_bound(const HostMatrix& h, int r, const std::vector<double>& gmax) {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "orchid/backend/cuda/cuda_backend.h"
-#include "orchid/backend/cuda/kernels.h"
+#include "orchid/backend/cuda/common/kernels.h"
 #include "orchid/util/bf16.h"
 
 namespace orchid::test {
@@ -23,52 +23,36 @@ namespace orchid::test {
     if (Status s_ = cuda_device_usable(); !s_.ok()) GTEST_SKIP() << s_.message(); \
   } while (0)
 
-// Which q4 GEMV runs for a scope: the tensor-core kernel (for every size), or the CUDA-core
-// ones with dp4a dot products on int8 x̂ codes (the streaming kernel for every single q4 matrix
-// of 2,048 columns when `stream`: through shared-memory stages filled by bulk copies when `bulk`
-// and the device runs them, else through registers) or with fp32 products.
-// `placement`: the dp4a GEMV grids shaped for where their blocks land (kernels.h), or not.
+// Which GEMV runs for a scope: the dp4a kernels on int8 x̂ codes (the stream for every single q4
+// matrix of 2,048 columns when `stream`: through shared-memory stages filled by bulk copies when
+// `bulk` and the device runs them, else through registers) or the fp32 ones.
 struct KernelPath {
-  bool mma, dp4a, stream = false, placement = true, bulk = false;
+  bool dp4a, stream = false, bulk = false;
 };
 inline std::string path_name(KernelPath k) {
-  return k.mma          ? "tensor cores"
-         : k.bulk       ? "CUDA cores, dp4a bulk stream"
-         : k.stream     ? "CUDA cores, dp4a stream"
-         : !k.placement ? "CUDA cores, dp4a, placement off"
-         : k.dp4a       ? "CUDA cores, dp4a"
-                        : "CUDA cores, fp32";
+  return k.bulk     ? "dp4a bulk stream"
+         : k.stream ? "dp4a register stream"
+         : k.dp4a   ? "dp4a"
+                    : "fp32";
 }
 inline void PrintTo(const KernelPath& k, std::ostream* os) {
   *os << path_name(k);
 }
 struct PathMode {
-  KernelPath saved{cuda::mma_enabled(), cuda::dp4a_enabled(), false, cuda::placement_enabled(),
-                   cuda::bulk_enabled()};
-  int saved_rows = cuda::mma_min_rows(), saved_stream_rows = cuda::stream_min_rows();
+  KernelPath saved{cuda::dp4a_enabled(), false, cuda::bulk_enabled()};
+  int saved_stream_rows = cuda::stream_min_rows();
   explicit PathMode(KernelPath k) {
-    cuda::set_mma_enabled(k.mma);
     cuda::set_dp4a_enabled(k.dp4a);
-    cuda::set_placement_enabled(k.placement);
     cuda::set_bulk_enabled(k.bulk);
-    cuda::set_mma_min_rows(0);
     cuda::set_stream_min_rows(k.stream ? 0 : std::numeric_limits<int>::max());
   }
   ~PathMode() {
-    cuda::set_mma_enabled(saved.mma);
     cuda::set_dp4a_enabled(saved.dp4a);
-    cuda::set_placement_enabled(saved.placement);
     cuda::set_bulk_enabled(saved.bulk);
-    cuda::set_mma_min_rows(saved_rows);
     cuda::set_stream_min_rows(saved_stream_rows);
   }
 };
-constexpr KernelPath kAllPaths[] = {{false, false},
-                                    {false, true},
-                                    {true, false},
-                                    {false, true, true},
-                                    {false, true, false, false},
-                                    {false, true, true, true, true}};
+constexpr KernelPath kAllPaths[] = {{false}, {true}, {true, true}, {true, true, true}};
 
 #define ORCHID_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

@@ -3,7 +3,7 @@
 // where it was, and the state restored from a snapshot then gives the logits of one never
 // cancelled. Through the engine, on-device decoding stops at the next pick after the flag.
 // Model: a 4-layer cut of Qwen3.6-35B-A3B with random weights made on the device (as in
-// test_cuda_prefill_model.cpp), in chunks of 64 tokens; the engine test runs the tiny fixture.
+// tests/cuda/prefill/test_prefill_model.cpp), in chunks of 64 tokens; the engine test runs the tiny fixture.
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -127,7 +127,7 @@ TEST_F(CudaCancel, CancelledBeforeTheFirstChunk) {
   cancel_and_resume(/*stop_at=*/1, /*done=*/0);
 }
 
-// The step-by-step path (ORCHID_PREFILL=0): asked before each token.
+// The step-by-step path (ORCHID_PREFILL_CHUNK=1): asked before each token.
 TEST_F(CudaCancel, StepPathCancelledThenRestored) {
   cuda_->switches().prefill = false;
   cancel_and_resume(/*stop_at=*/31, /*done=*/30);

@@ -79,7 +79,7 @@ class CudaGolden : public ::testing::TestWithParam<Case> {
 };
 
 // The logits bars on one prompt path: step by step (the decode kernels) or in chunks on the tensor
-// cores (the prefill kernels, cuda_prefill.cpp).
+// cores (the prefill kernels, prefill/chunk.cpp).
 void CudaGolden::check_logits(bool chunked) {
   auto* cb = dynamic_cast<cuda::CudaBackend*>(cuda_.get());
   ASSERT_NE(cb, nullptr);

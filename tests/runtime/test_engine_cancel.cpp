@@ -17,22 +17,15 @@
 namespace orchid {
 namespace {
 
+// The stand-in prompts' seed (test::prompt_ids).
+constexpr uint64_t kPromptSeed = 0x2545f4914f6cdd1dull;
+
 using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 // n ids in [3, vocab), the same every run.
-std::vector<int32_t> prompt_ids(int64_t n, int64_t vocab) {
-  std::vector<int32_t> ids(size_t(n), 0);
-  uint64_t x = 0x2545f4914f6cdd1dull;
-  for (auto& id : ids) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    id = int32_t(3 + (x >> 33) % uint64_t(vocab - 3));
-  }
-  return ids;
-}
-
 // The CPU backend with decode_on_device done on the host (greedy), so the engine's on-device
 // decoding path runs without a GPU.
 class HostDecodingBackend final : public Backend {
@@ -126,7 +119,7 @@ class EngineCancel : public ::testing::Test {
 // same request then restores the cut and matches a fresh engine token for token and logit for
 // logit.
 TEST_F(EngineCancel, PrefillCancelledFromAnotherThread) {
-  const auto prompt = prompt_ids(2000, backend_->n_vocab());
+  const auto prompt = test::prompt_ids(2000, backend_->n_vocab(), kPromptSeed);
   GenerateRequest req = request(prompt, 6, /*snapshot_at=*/300);
 
   // The uncancelled prefill: its time and how many checks it makes.
@@ -179,7 +172,7 @@ TEST_F(EngineCancel, PrefillCancelledFromAnotherThread) {
 
 // Cancelled before its cut: nothing is kept, and the next request starts from the empty state.
 TEST_F(EngineCancel, PrefillCancelledBeforeTheCutKeepsNothing) {
-  const auto prompt = prompt_ids(700, backend_->n_vocab());
+  const auto prompt = test::prompt_ids(700, backend_->n_vocab(), kPromptSeed);
   GenerateRequest req = request(prompt, 5, /*snapshot_at=*/600);
   int checks = 0;
   req.cancelled = [&] { return ++checks >= 3; };  // layer 3 of the first chunk
@@ -197,7 +190,7 @@ TEST_F(EngineCancel, PrefillCancelledBeforeTheCutKeepsNothing) {
 // chosen): no token. Then once the third token is shown: the next check (in the step feeding it
 // back) stops the request; no fourth token. Neither keeps a snapshot of its end.
 TEST_F(EngineCancel, DecodeCancelledBetweenTokens) {
-  const auto prompt = prompt_ids(40, backend_->n_vocab());  // one chunk: n_layer checks
+  const auto prompt = test::prompt_ids(40, backend_->n_vocab(), kPromptSeed);  // one chunk: n_layer checks
   GenerateRequest req = request(prompt, 12);
   int checks = 0;
   req.cancelled = [&] { return ++checks > n_layer_; };
@@ -224,7 +217,7 @@ TEST_F(EngineCancel, DecodeCancelledBetweenTokens) {
 // The flag flips inside the decode step that feeds the second token back (at its third layer):
 // the step stops there, and the half-run state is neither kept nor read by the next request.
 TEST_F(EngineCancel, DecodeCancelledInsideAStep) {
-  const auto prompt = prompt_ids(40, backend_->n_vocab());
+  const auto prompt = test::prompt_ids(40, backend_->n_vocab(), kPromptSeed);
   GenerateRequest req = request(prompt, 12);
   int armed_calls = -1;  // checks since the second token; -1: not yet
   req.cancelled = [&] { return armed_calls >= 0 && ++armed_calls >= 3; };
@@ -244,7 +237,7 @@ TEST_F(EngineCancel, DecodeCancelledInsideAStep) {
 // On-device decoding (here emulated on the host) stops at the next pick after the flag.
 TEST_F(EngineCancel, DeviceDecodeCancelled) {
   HostDecodingBackend device(*backend_);
-  const auto prompt = prompt_ids(40, backend_->n_vocab());
+  const auto prompt = test::prompt_ids(40, backend_->n_vocab(), kPromptSeed);
   GenerateRequest req = request(prompt, 12);
   req.top_logprobs = -1;  // on-device decoding has no logprobs
   bool flag = false;

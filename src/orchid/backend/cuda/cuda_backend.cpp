@@ -1,5 +1,5 @@
 // The CUDA backend: construction (scratch buffers), per-sequence states and their snapshots,
-// and the factories. The decode step lives in cuda_step.cpp, forward() and the on-device
+// and the factories. The decode step lives in decode/step.cpp, forward() and the on-device
 // decode loop in cuda_decode.cpp.
 #include "orchid/backend/cuda/cuda_backend.h"
 
@@ -19,81 +19,50 @@ bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
 }
-// A switch that is off unless set to 1 or on.
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0);
-}
 
 }  // namespace
 
 Switches Switches::from_env() {
   Switches s;
   s.graph = !env_off("ORCHID_CUDA_GRAPH");
-  s.split_kv = !env_off("ORCHID_SPLIT_KV");
   s.pdl = !env_off("ORCHID_PDL");
-  s.fused_norm = !env_off("ORCHID_FUSED_NORM");
-  s.mma = !env_off("ORCHID_MMA");
-  s.mma_attention = !env_off("ORCHID_MMA_ATTENTION");
-  s.wide_attention = !env_off("ORCHID_WIDE_ATTENTION");
-  s.fused_routing = !env_off("ORCHID_FUSED_ROUTING");
   s.dp4a = !env_off("ORCHID_DP4A");
-  s.placement = !env_off("ORCHID_PLACEMENT");
+  s.fused_norm = !env_off("ORCHID_FUSED_NORM");
+  s.fused_routing = !env_off("ORCHID_FUSED_ROUTING");
   s.fused_expert = !env_off("ORCHID_FUSED_EXPERT");
   s.fused_qk = !env_off("ORCHID_FUSED_QK");
-  s.stream_lm_head = !env_off("ORCHID_STREAM_LM_HEAD");
-  s.bulk_lm_head = !env_off("ORCHID_BULK_LM_HEAD");
-  if (const char* v = std::getenv("ORCHID_SPLIT_KV_KEYS"))
-    s.keys_per_split = std::max(32, std::atoi(v));
-  if (const char* v = std::getenv("ORCHID_SPLIT_KV_MAX")) s.max_split = std::max(1, std::atoi(v));
-  s.prefill = !env_off("ORCHID_PREFILL");
+  s.mma_attention = !env_off("ORCHID_MMA_ATTENTION");
+  s.split_kv = !env_off("ORCHID_SPLIT_KV");
+  if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK")) {
+    const int n = std::atoi(v);
+    if (n == 1)
+      s.prefill = false;
+    else
+      s.prefill_chunk = std::clamp(n, 16, 16384);
+  }
   s.exact_prefill = !env_off("ORCHID_EXACT_PREFILL");
   s.fused_dequant = !env_off("ORCHID_FUSED_DEQUANT");
-  s.gemm_ws = !env_off("ORCHID_GEMM_WS");
-  s.tile_n_first = !env_off("ORCHID_TILE_N_FIRST");
-  s.gemm_persistent = !env_off("ORCHID_GEMM_PERSISTENT");
-  s.tma_a = !env_off("ORCHID_TMA_A");
-  s.split_router = !env_off("ORCHID_SPLIT_ROUTER");
-  s.gemm_group = !env_off("ORCHID_GEMM_GROUP");
-  s.scaled_codes = !env_off("ORCHID_SCALED_CODES");
-  s.half_tiles = !env_off("ORCHID_HALF_TILES");
-  s.consumer_dequant = !env_off("ORCHID_CONSUMER_DEQUANT");
-  s.gemm_rs = env_on("ORCHID_GEMM_RS");
-  s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
-  s.wgmma_attention = !env_off("ORCHID_WGMMA_ATTENTION");
-  s.attn_pingpong = !env_off("ORCHID_ATTN_PINGPONG");
-  s.tc_router = !env_off("ORCHID_TC_ROUTER");
   s.device_routing = !env_off("ORCHID_DEVICE_ROUTING");
   if (const char* v = std::getenv("ORCHID_PREFILL_TILE")) s.prefill_tile = std::atoi(v);
-  if (const char* v = std::getenv("ORCHID_GEMM_RS_MIN_FEATURES"))
-    s.gemm_rs_min_features = std::max(0, std::atoi(v));
-  if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK"))
-    s.prefill_chunk = std::clamp(std::atoi(v), 16, 16384);
   if (const char* v = std::getenv("ORCHID_GDN_CHUNKED"))
     s.gdn_chunked = env_off("ORCHID_GDN_CHUNKED")                           ? 0
                     : std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0 ? 1
                                                                             : -1;
+  s.flash_prefill = !env_off("ORCHID_FLASH_PREFILL");
   return s;
 }
 
 void Switches::apply() const {
   set_pdl_enabled(pdl);
-  set_mma_enabled(mma);
   set_dp4a_enabled(dp4a);
-  set_placement_enabled(placement);
-  set_stream_enabled(stream_lm_head);
-  set_bulk_enabled(bulk_lm_head);
   set_attention_mma_enabled(mma_attention);
-  set_attention_wide_enabled(wide_attention);
 }
 
 std::string Switches::graph_key() const {
-  return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" + std::to_string(mma) + "/" +
+  return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
          std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
-         std::to_string(fused_qk) + "/" + std::to_string(stream_lm_head) + "/" +
-         std::to_string(wide_attention) + "/" + std::to_string(placement) + "/" +
-         std::to_string(bulk_lm_head);
+         std::to_string(fused_qk);
 }
 
 CudaState::~CudaState() {
@@ -150,8 +119,8 @@ Status CudaBackend::init() {
   ORCHID_ALLOC(k_work_, float, int64_t(c_.n_head_kv) * hd);
   ORCHID_ALLOC(logits_, float, c_.n_vocab);
   ORCHID_ALLOC(partial_, float, 2 * 4096);
-  ORCHID_ALLOC(part_acc_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * hd);
-  ORCHID_ALLOC(part_ml_, float, int64_t(c_.n_head_kv) * kMaxSplit * group * 2);
+  ORCHID_ALLOC(part_acc_, float, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * hd);
+  ORCHID_ALLOC(part_ml_, float, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * 2);
   ORCHID_ALLOC(token_, int, 1);
   ORCHID_ALLOC(prompt_, int, kPromptChunk);
   ORCHID_ALLOC(stop_ids_, int, kMaxStop);

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "orchid/backend/backend.h"
-#include "orchid/backend/cuda/device_model.h"
-#include "orchid/backend/cuda/prefill_kernels.h"
+#include "orchid/backend/cuda/model/device_model.h"
+#include "orchid/backend/cuda/prefill/prefill_kernels.h"
 
 namespace orchid::cuda {
 
-struct MoeRouting;  // prefill_kernels.h
+struct MoeRouting;  // prefill/prefill_kernels.h
 
 // Returns a Status naming the failing runtime call.
 #define ORCHID_CUDA(expr)                                        \
@@ -23,80 +23,38 @@ struct MoeRouting;  // prefill_kernels.h
       return ::orchid::err(#expr, ": ", cudaGetErrorString(e_)); \
   } while (0)
 
-// Run-time switches (environment), each enabling one optimisation so its effect can be measured
-// alone: ORCHID_CUDA_GRAPH=0 launches kernel by kernel; ORCHID_SPLIT_KV=0 keeps one KV range per
-// head; ORCHID_SPLIT_KV_KEYS=N sets the keys per range (default 128) and ORCHID_SPLIT_KV_MAX=N the
-// most ranges per head (default 128; both chosen by measurement, docs/bench.md); ORCHID_PDL=0
-// launches without programmatic dependent launch (each kernel waits for the previous one to end);
-// ORCHID_FUSED_NORM=0 runs each RMSNorm as its own kernel instead of in the GEMV prologues;
-// ORCHID_STREAM_LM_HEAD=0 runs the lm_head on the tensor-core GEMV instead of the streaming dp4a
-// one; ORCHID_MMA=0 then runs it on the CUDA cores instead (with the stream on it has no effect);
-// ORCHID_BULK_LM_HEAD=0 streams the lm_head through registers instead of through shared-memory
-// stages that the copy engine fills (gemv_bulk.cu; sm_90a only, elsewhere no effect);
-// ORCHID_MMA_ATTENTION=0 runs decode attention on the CUDA cores instead of the tensor cores;
-// ORCHID_WIDE_ATTENTION=0 keeps the tensor-core attention at 4 warps a block where its grid
-// would take 8 (one block an SM, every stage of a range requested before the dependency wait);
-// ORCHID_FUSED_ROUTING=0 routes in a kernel of its own instead of the expert gate/up prologue;
-// ORCHID_DP4A=0 runs the q4 projections, the q8 router and the experts on the earlier fp32
-// kernels instead of the dp4a ones (int8 x̂ codes, every row requested before the dependency
-// wait, the expert down rows before the gate/up launch ends: one design, measured as one);
-// ORCHID_PLACEMENT=0 lets the router's few blocks share SMs instead of reserving one each and
-// gives the out-projections one row a warp instead of two (grids shaped for where their blocks
-// land, kernels.h);
-// ORCHID_FUSED_EXPERT=0 forms SiLU(gate)·up and the weighted residual sum in kernels of their own
-// instead of the expert kernels' epilogues; ORCHID_FUSED_QK=0 runs the q/k RMSNorm, RoPE and KV
-// write as three kernels instead of one.
-// Prefill (cuda_prefill.cpp): ORCHID_PREFILL=0 runs a prompt as one decode step per token instead
-// of chunks on the tensor cores; ORCHID_PREFILL_CHUNK=N sets the chunk (default: 16384 tokens on
-// GPUs of 64 GiB or more, else 8192 — 8192 measured 1.5-4.7 % faster than 4096 from 8K to 128K
-// for 1.25 GiB more buffers (session 7, bench/results/cuda-prefill-2026-11-30-s7-chunks.json);
-// with session 9's persistent GEMM tiles 16384 beats 8192 by 4.8 / 2.9 / 2.6 % at 16K / 32K /
-// 128K for ~2.5 GiB more (cuda-prefill-2026-12-01-s9-chunk.json); prompts up to 8K are one
-// chunk either way);
-// ORCHID_EXACT_PREFILL=0 runs the projections on plain fp16 operands (weights dequantised to
-// fp16, activations rounded to it: ~1e-3 relative per projection, enough to flip near-tied router
-// choices) instead of the exact path (activations as fp16 hi + lo pairs, integer weight codes,
-// scale and bias applied per group in fp32; about twice the tensor-core work);
-// ORCHID_FUSED_DEQUANT=0 (with ORCHID_EXACT_PREFILL=0) dequantises each dense weight to an fp16
-// buffer before a plain GEMM instead of tile by tile inside it; ORCHID_FLASH_PREFILL=0
-// materialises the attention scores; ORCHID_WGMMA_ATTENTION=0 runs the flash attention on the
-// mma.sync kernel instead of the Hopper one (wgmma, a producer warpgroup; used where
-// attention_prefill_wgmma_supported: an sm_90a device, head_dim 64, 128 or 256);
-// ORCHID_ATTN_PINGPONG=0 lets the Hopper kernel's two consumer warpgroups run independently
-// (session 7's schedule) instead of in pingpong (named barriers alternate their products, each
-// softmax under the other's products; the same bits);
-// ORCHID_GEMM_WS=0 runs the exact path's q4 GEMMs (groups of 64: dense, and the experts'
-// 128-row tiles) on the single-role wgmma tiles instead of the warp-specialised Hopper tiles
-// (gemm_ws.cuh: a producer warpgroup copies and converts the codes behind mbarriers, two consumer
-// warpgroups multiply and fold; sm_90a only, elsewhere no effect; +9.6 % at 8K, session 8);
-// ORCHID_TILE_N_FIRST=0 orders the tile GEMMs' blocks (dense and experts) row tiles first, as
-// before session 9, instead of column tiles first (gemm_tile.cuh's TileOrder: A's rows then come
-// from DRAM about once instead of once per column tile); ORCHID_GEMM_PERSISTENT=0 launches the
-// warp-specialised tiles a block a tile instead of one persistent block an SM walking them (its
-// producer filling the next tile's stages while the consumers store the last one);
-// ORCHID_TMA_A=0 has the warp-specialised tiles' producers copy A_hi and A_lo with cp.async (16
-// a thread and k-step) instead of the copy engine (TMA: a 128-row tile a copy; the dense
-// projections and expert down; −12-14 % of their time at 8K, session 12); ORCHID_SPLIT_ROUTER=0
-// runs the exact path's q8 router GEMM on the single-role tiles instead of as its two q4 halves
-// (launch_split_q8) on the warp-specialised ones, each output column pair summed;
-// ORCHID_GEMM_GROUP=0 launches the projections of one normed input (DeltaNet q/k/v, z, b, a;
-// attention q, k, v) one by one instead of as one grouped launch of the warp-specialised tiles;
-// ORCHID_SCALED_CODES=0 gives the warp-specialised tiles the integer codes and the per-group fold
-// instead of the scaled codes (s·(q − 8) exact in fp16, the biases as k-steps against the
-// operands' group sums, which each operand's producer launch is followed by: gemm_ws.cuh);
-// ORCHID_HALF_TILES=0 has both consumer warpgroups of a warp-specialised tile multiply even where
-// the tile's rows (an expert's last, mostly) all lie in the first one's 64, instead of the second
-// passing its stages on while the first has the tensor cores alone; ORCHID_WG_STAGGER=0 starts
-// the scaled codes' two consumer warpgroups together instead of the second a step behind (their
-// epilogues then coincide, the tensor cores idle through them);
-// ORCHID_PREFILL_TILE=16|32|64|128 fixes the expert GEMMs' rows per tile (default: by the load);
-// ORCHID_GDN_CHUNKED=auto|0|1 picks the DeltaNet scan's form: auto (default) the chunked form on
-// the tensor cores from kGdnChunkedMinTokens tokens a chunk up and the sequential scan below, 0
-// always the sequential scan, 1 always the chunked form; ORCHID_TC_ROUTER=0 computes the prefill
-// router logits on the CUDA cores in fp32 instead of as an exact-path GEMM on the tensor cores (the
-// fp16 path always takes the fp32 kernel); ORCHID_DEVICE_ROUTING=0 copies each layer's routing
-// tables (pairs and tile map) to the host and back before the expert GEMMs, the host
-// synchronisation a host-side sort would need.
+// Run-time switches (environment). Each turns one named optimisation off so that its effect can
+// be measured alone (the bench's matched ablations; docs/bench.md lists them with their effect),
+// or is a setting. Decode (decode/step.cpp):
+//   ORCHID_CUDA_GRAPH=0     launch kernel by kernel instead of one captured graph per step;
+//   ORCHID_PDL=0            no programmatic dependent launch (each kernel waits for the last to end);
+//   ORCHID_DP4A=0           the q4 projections, q8 router, experts and lm_head on the fp32 kernels
+//                           instead of the bandwidth GEMVs (int8 x̂ codes on dp4a, every row
+//                           requested before the dependency wait, the lm_head as a stream);
+//   ORCHID_FUSED_NORM=0     each RMSNorm as a kernel of its own instead of in the GEMV prologues;
+//   ORCHID_FUSED_ROUTING=0  routing in a kernel of its own instead of the expert gate/up prologue;
+//   ORCHID_FUSED_EXPERT=0   SiLU(gate)·up and the weighted residual sum as kernels of their own;
+//   ORCHID_FUSED_QK=0       the q/k RMSNorm, RoPE and KV write as three kernels instead of one;
+//   ORCHID_MMA_ATTENTION=0  attention on the CUDA cores instead of the tensor cores with the GQA
+//                           group's query heads packed as the rows of one tile;
+//   ORCHID_SPLIT_KV=0       one KV range per head instead of ranges of kKeysPerSplit keys.
+// Prefill (prefill/chunk.cpp):
+//   ORCHID_PREFILL_CHUNK=N  tokens a chunk (default: 16384 on GPUs of 64 GiB or more, else 8192;
+//                           prompts up to 8K are one chunk either way); N = 1 runs the prompt as one
+//                           decode step a token (the chunked prefill's ablation);
+//   ORCHID_EXACT_PREFILL=0  the projections on plain fp16 operands instead of the exact path
+//                           (activations as fp16 hi + lo pairs, integer codes, scale and bias per
+//                           group in fp32: about twice the tensor-core work);
+//   ORCHID_FUSED_DEQUANT=0  (with the exact path off) each weight dequantised to an fp16 buffer
+//                           before a plain GEMM instead of tile by tile inside it;
+//   ORCHID_DEVICE_ROUTING=0 each layer's routing tables through the host and back (the
+//                           synchronisation a host-side sort would need);
+//   ORCHID_PREFILL_TILE=16|32|64|128  the expert GEMMs' rows per tile (default: by the load);
+//   ORCHID_GDN_CHUNKED=auto|0|1  the DeltaNet scan: chunked on the tensor cores from
+//                           kGdnChunkedMinTokens tokens a chunk (auto), always sequential (0) or
+//                           always chunked (1);
+//   ORCHID_FLASH_PREFILL=0  attention with the scores materialised instead of flash attention.
+// The on-device decode loop's own switch, ORCHID_DEVICE_DECODE, is the engine's (runtime/engine.cpp).
 //
 // From this many tokens a chunk, ORCHID_GDN_CHUNKED=auto takes the chunked DeltaNet form: below,
 // its two extra launches and 64-token padding outweigh the sequential scan's ~0.33 µs a token.
@@ -104,48 +62,30 @@ struct MoeRouting;  // prefill_kernels.h
 // 30 layers, scan / chunked ms): 64 tokens 1.31 / 1.66, 128 1.83 / 1.86, 256 2.93 / 2.37, 512
 // 5.13 / 3.40; the crossover lies between 128 and 256.
 constexpr int kGdnChunkedMinTokens = 192;
+// Split-KV decode attention: ranges of 128 keys, at most 128 ranges a head (measured against 32-96
+// keys and other caps: bench/results/cuda-splitkv-sweep-2026-11-30*.json, cuda-splitkv-keys-2026-12-01-s9.json).
+constexpr int kKeysPerSplit = 128, kMaxSplitsPerHead = 128;
 
 struct Switches {
   bool graph = true;
+  bool pdl = true;
   bool dp4a = true;
-  bool placement = true;
+  bool fused_norm = true;
+  bool fused_routing = true;
   bool fused_expert = true;
   bool fused_qk = true;
-  bool stream_lm_head = true;
-  bool bulk_lm_head = true;
-  bool mma = true;
   bool mma_attention = true;
-  bool wide_attention = true;
-  bool fused_routing = true;
   bool split_kv = true;
-  bool pdl = true;
-  bool fused_norm = true;
-  int keys_per_split = 128;
-  int max_split = 128;
-  bool prefill = true;
+  bool prefill = true;    // ORCHID_PREFILL_CHUNK=1 turns it off
+  int prefill_chunk = 0;  // 0: CudaBackend::chunk_tokens() picks it by the GPU's memory
   bool exact_prefill = true;
   bool fused_dequant = true;
-  bool gemm_ws = true;
-  bool tile_n_first = true;
-  bool gemm_persistent = true;
-  bool tma_a = true;
-  bool split_router = true;
-  bool gemm_group = true;
-  bool scaled_codes = true;
-  bool half_tiles = true;
-  bool consumer_dequant = true;
-  bool gemm_rs = false;
-  int gemm_rs_min_features = kRsMinFeatures;  // ORCHID_GEMM_RS_MIN_FEATURES (0: every launch)
-  bool flash_prefill = true;
-  bool wgmma_attention = true;
-  bool attn_pingpong = true;
-  int prefill_tile = 0;   // 0: chosen from the rows per expert
-  int prefill_chunk = 0;  // 0: CudaBackend::chunk_tokens() picks it by the GPU's memory
-  int gdn_chunked = -1;   // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
-  bool tc_router = true;
   bool device_routing = true;
+  int prefill_tile = 0;  // 0: chosen from the rows per expert
+  int gdn_chunked = -1;  // -1: auto (by the chunk's tokens), 0: sequential scan, 1: chunked form
+  bool flash_prefill = true;
   static Switches from_env();
-  // Sets the kernels' process-wide flags (kernels.h) from these switches.
+  // Sets the kernels' process-wide flags (common/kernels.h) from these switches.
   void apply() const;
   // The switches a captured step depends on (split-KV's enter through the range count).
   std::string graph_key() const;
@@ -197,8 +137,9 @@ struct PrefillScratch {
   bool exact = false;
   uint16_t *xn_lo = nullptr, *mix_lo = nullptr, *act_lo = nullptr, *sh_act_lo = nullptr;
   // The scaled codes' group sums of xn, mix, act and sh_act (launch_group_sums: rows of
-  // 2 · group_sums_half(width)); made only with them on, and used where sums_on.
-  bool scaled = false, sums_on = false;
+  // 2 · group_sums_half(width)); made only where the warp-specialised tiles run (sums_on =
+  // ws_tiles_supported(), set by ensure_prefill_scratch), the only tiles that read them.
+  bool sums_on = false;
   uint16_t *xn_sums = nullptr, *mix_sums = nullptr, *act_sums = nullptr, *sh_act_sums = nullptr;
   float *qg = nullptr, *k = nullptr, *v = nullptr;  // [chunk, n_head·2hd], [chunk, kv·hd] ×2
   float *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr;  // DeltaNet projections
@@ -289,7 +230,7 @@ class CudaBackend final : public Backend {
                             const int* halt, Profiler* prof, const char* label);
   Status run_step(CudaState& st, bool head, const PickConfig& pick);
   Status sync(const char* what);
-  // Prefill in chunks on the tensor cores (cuda_prefill.cpp).
+  // Prefill in chunks on the tensor cores (prefill/chunk.cpp).
   Status ensure_prefill_scratch(int chunk);
   Status forward_chunked(CudaState& st, std::span<const int32_t> tokens, LogitsMode mode,
                          std::vector<float>& logits, int64_t chunk, Profiler* prof,
@@ -353,7 +294,7 @@ class CudaBackend final : public Backend {
   int* pinned_dev_ = nullptr;   // pinned_ as the device sees it
   cudaEvent_t slot_ev_[2] = {nullptr, nullptr};
   std::unique_ptr<PrefillScratch> pf_;
-  static constexpr int kMaxSplit = 256, kMaxStop = 64, kPromptChunk = 4096;
+  static constexpr int kMaxStop = 64, kPromptChunk = 4096;
 };
 
 // Events after each launch of a step (or a prefill chunk), for per-kernel times (created up front,
@@ -385,7 +326,7 @@ struct CudaBackend::Profiler {
 };
 
 // Time per launch, GB/s and % of `read_bw` (bytes/s) of each real GEMV / expert launch shape of
-// m, launched back to back across the layers' weights (cuda_gemv_bench.cpp).
+// m, launched back to back across the layers' weights (bench/cuda/gemv_bench.cpp).
 Expected<nlohmann::json> gemv_shape_report(const DeviceModel& m, cudaStream_t stream,
                                            double read_bw);
 

@@ -1,0 +1,141 @@
+// Batch-1 GEMV for q4 (group 64) rows of 2,048 or 4,096 columns (the layers' projections) and
+// q8 rows of 2,048 (the router), store epilogue: each warp owns a few consecutive rows and requests
+// all of them before the kernel waits for the previous one, so a launch is one memory round trip
+// instead of one per row batch; grids are sized so every warp of one wave has ≤ ROWS rows. x̂
+// (RMSNorm prologue) is quantised once per block straight from registers for dp4a dot products
+// (decode/dp4a_q4.cuh). ORCHID_DP4A=0 runs decode/gemv.cu's kernel instead (fp32 products, row batches in
+// flight).
+//
+// Lab numbers (bench/cuda/gemv_lab.cu, H200, 30 launches back to back, session 4): 12,352 ×
+// 2,048 rows 12.3 µs with decode/gemv.cu's kernel → 8.3 (this layout, fp32 products) → 6.7 (dp4a,
+// x̂ quantised from registers); the loads alone 4.1, the prologue alone 2.1.
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "orchid/backend/cuda/decode/dp4a_q4.cuh"
+
+namespace orchid::cuda {
+namespace {
+
+std::atomic<bool> g_dp4a{true};
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+// x̂ as a lane of a q4 or a q8 row reads it.
+template <DevFormat F, int NI>
+using XCodes = std::conditional_t<F == DevFormat::q4, XQuant<NI>, XQuant8<NI>>;
+
+template <DevFormat F, int NI, int ROWS>
+__global__ void __launch_bounds__(kThreads, 2)
+    upfront_gemv_kernel(const __grid_constant__ GemvParams p, int rpw) {
+  extern __shared__ float4 smem4[];
+  const int units = p.cols / 32;  // 32-element units of x̂
+  int4* xq = reinterpret_cast<int4*>(smem4);
+  float2* xd = reinterpret_cast<float2*>(xq + 4 * units);
+  float* xw = reinterpret_cast<float*>(xd + units);
+  __shared__ float scratch[32];
+  const SubGroup sg(32);
+
+  int end[kMaxGemvTasks];  // rows of tasks 0..t, concatenated
+  int total = 0;
+#pragma unroll
+  for (int t = 0; t < kMaxGemvTasks; ++t) {
+    if (t < p.n_task) total += p.task[t].m.rows;
+    end[t] = total;
+  }
+  auto task_of = [&](int rr) {
+    int t = 0;
+#pragma unroll
+    for (int q = 0; q < kMaxGemvTasks - 1; ++q) t += rr >= end[q];
+    return t;
+  };
+  const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * rpw;
+  RowUnits<NI> w[ROWS] = {};  // rows past rpw or the end stay zero (their sums are dropped)
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) {
+    const int rr = r0 + i;
+    if (i >= rpw || rr >= total) break;
+    const int t = task_of(rr);
+    load_units<F, NI>(p.task[t].m, rr - (t ? end[t - 1] : 0), sg.sl, 32, w[i]);
+  }
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, F == DevFormat::q8 ? xw : nullptr, scratch);
+  XCodes<F, NI> q;
+  if constexpr (F == DevFormat::q4)
+    load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
+  else
+    load_x_quant8<NI>(xq, xd, xw, units, sg.sl, 32, q);
+  // Every row's partial first (independent chains), then one transposed reduction for all.
+  float acc[ROWS];
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) {
+    if constexpr (F == DevFormat::q4)
+      acc[i] = i < rpw ? partial_dot_dp4a<NI>(w[i], q) : 0.f;
+    else
+      acc[i] = i < rpw ? partial_dot_dp4a8<NI>(w[i], q) : 0.f;
+  }
+  const int i = reduce_rows<ROWS>(acc, sg.sl);
+  const int rr = r0 + i;
+  if ((sg.sl & (32 / ROWS - 1)) == 0 && i < rpw && rr < total) {
+    const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
+    const GemvTask& tk = p.task[t];
+    tk.y[row] = tk.add ? tk.add[row] + acc[0] : acc[0];
+  }
+}
+
+// Launches with rows per warp (≤ ROWS) for a one-wave grid; false when there are too many rows.
+template <DevFormat F, int NI, int ROWS>
+Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
+  const auto kernel = upfront_gemv_kernel<F, NI, ROWS>;
+  const size_t smem = x_quant_smem_bytes(p.cols / 32);
+  int rpw =
+      rows_per_warp_one_wave(reinterpret_cast<const void*>(kernel), kThreads, smem, total, ROWS);
+  if (rpw == 0) return false;
+  // The 4,096-wide out-projections follow the DeltaNet step (32 blocks of 60K registers) or the
+  // attention combine: at the fewest rows a warp (1) their 256 blocks do not all fit beside those,
+  // and the ones placed late request their rows after the wait. At 2 rows a warp the 128 blocks
+  // all fit at once.
+  if (F == DevFormat::q4 && NI == 4) rpw = ROWS;
+  const int blocks = (total + kWarps * rpw - 1) / (kWarps * rpw);
+  size_t dyn = smem;
+  // The router's 33 blocks reserve over half an SM's shared memory each, so they land one an SM.
+  if (F == DevFormat::q8 && blocks <= sm_count()) {
+    dyn = std::max(smem, one_block_per_sm_smem());
+    if (cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn));
+        e != cudaSuccess)
+      return err("upfront gemv: ", cudaGetErrorString(e));
+  }
+  if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), dyn, s, p, rpw);
+      !st.ok())
+    return st.error();
+  return true;
+}
+
+}  // namespace
+
+bool dp4a_enabled() {
+  return g_dp4a.load(std::memory_order_relaxed);
+}
+void set_dp4a_enabled(bool on) {
+  g_dp4a.store(on, std::memory_order_relaxed);
+}
+
+Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s) {
+  const DevMatrix& m = p.task[0].m;
+  if (!dp4a_enabled() || p.epilogue != GemvEpilogue::store || m.group != 64) return false;
+  int total = 0;
+  for (int t = 0; t < p.n_task; ++t) total += p.task[t].m.rows;
+  // ROWS: registers for the rows' loads beside x̂ (≤ 128 per thread, two blocks per SM).
+  if (m.fmt == DevFormat::q4 && m.units == 64) return launch_rows<DevFormat::q4, 2, 8>(p, total, s);
+  if (m.fmt == DevFormat::q4 && m.units == 128)
+    return launch_rows<DevFormat::q4, 4, 2>(p, total, s);
+  if (m.fmt == DevFormat::q8 && m.units == 128)  // the router and shared-expert gate
+    return launch_rows<DevFormat::q8, 4, 2>(p, total, s);
+  return false;
+}
+
+}  // namespace orchid::cuda

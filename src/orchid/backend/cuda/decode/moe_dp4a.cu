@@ -1,0 +1,167 @@
+// MoE experts on dp4a dot products (decode/dp4a_q4.cuh), for q4 group-64 experts of 2,048-wide input
+// and 512-wide intermediate rows (the model's shapes; others run decode/moe.cu's fp32 kernels, as all
+// do with ORCHID_DP4A=0).
+//
+// gate/up: x̂ (post-attention RMSNorm of the residual) is quantised before the dependency wait —
+// the router kernel before it does not write the residual — then each block routes (or reads
+// the routing), and each warp requests the gate and up rows of all its (slot, row) pairs at once
+// before any is multiplied: one weight round trip per launch.
+// down: the expert rows are requested before the dependency wait (the gate/up launch publishes
+// the routing before it lets this launch start); one warp per slot quantises its slot's
+// activations (512 values) in registers; the block then sums the slots with their routing
+// weights into the residual in a fixed order (deterministic).
+#include "orchid/backend/cuda/decode/dp4a_q4.cuh"
+#include "orchid/backend/cuda/decode/moe_core.cuh"
+
+namespace orchid::cuda {
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kGateUpUnits = 64;  // 2,048 columns: NI = 2 units per lane
+constexpr int kDownUnits = 16;    // 512 columns: a row per half warp, one unit per lane
+constexpr int kDownRows = 8;      // output rows per down block
+
+// PAIRS: most (slot, row) pairs per warp, their gate and up rows in registers beside x̂.
+template <int PAIRS>
+__global__ void __launch_bounds__(kThreads, 2)
+    gate_up_dp4a_kernel(const __grid_constant__ MoeParams p, int ppw, int act_stride) {
+  constexpr DevFormat F = DevFormat::q4;
+  constexpr int NI = kGateUpUnits / 32;
+  __shared__ int4 xq[4 * kGateUpUnits];
+  __shared__ float2 xd[kGateUpUnits];
+  __shared__ float scratch[32];
+  __shared__ int sel[32];
+  __shared__ float sel_w[32];
+  const SubGroup sg(32);
+  stage_x_quant(p.x, p.n_embd, p.norm, p.eps, xq, xd, nullptr, scratch);
+  XQuant<NI> q;
+  load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
+  grid_dep_wait();
+  // The down launch reads sel before its dependency wait (down_dp4a_kernel): block 0 lets it
+  // launch only once sel is published (its writers fence before slot_experts' final barrier).
+  if (blockIdx.x != 0) grid_dep_release();
+  if (p.halt && *p.halt) return;
+  slot_experts(p, sel, sel_w);
+  if (blockIdx.x == 0) grid_dep_release();
+  const int total = p.n_slot * p.n_ff;
+  const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
+  RowUnits<NI> g[PAIRS] = {}, u[PAIRS] = {};  // pairs past ppw or the end stay zero
+#pragma unroll
+  for (int i = 0; i < PAIRS; ++i) {
+    const int r = r0 + i;
+    if (i >= ppw || r >= total) break;
+    const int64_t row = int64_t(sel[r / p.n_ff]) * p.n_ff + r % p.n_ff;
+    load_units<F, NI>(p.gate, row, sg.sl, 32, g[i]);
+    load_units<F, NI>(p.up, row, sg.sl, 32, u[i]);
+  }
+  // Gate and up partials of every pair (value 2i, 2i + 1; zero-padded to kSums), then one
+  // transposed reduction: pair i's gate sum lands in lanes 64i / kSums…, its up sum 32 / kSums
+  // lanes further.
+  constexpr int kSums = 2 * PAIRS <= 4 ? 4 : 8;
+  static_assert(2 * PAIRS <= 8);
+  float v[kSums];
+#pragma unroll
+  for (int i = 0; i < kSums / 2; ++i) {
+    v[2 * i] = i < PAIRS && i < ppw ? partial_dot_dp4a<NI>(g[min(i, PAIRS - 1)], q) : 0.f;
+    v[2 * i + 1] = i < PAIRS && i < ppw ? partial_dot_dp4a<NI>(u[min(i, PAIRS - 1)], q) : 0.f;
+  }
+  const int idx = reduce_rows<kSums>(v, sg.sl);
+  const float up = __shfl_down_sync(0xffffffffu, v[0], 32 / kSums);
+  const int i = idx / 2, r = r0 + i;
+  if (sg.sl % (64 / kSums) == 0 && i < ppw && r < total)
+    store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, v[0], up);
+}
+
+// Block: one warp per slot of the launch, kDownRows output rows; each half warp takes every
+// other row.
+__global__ void __launch_bounds__(32 * 32)
+    down_dp4a_kernel(const __grid_constant__ MoeParams p, int act_stride) {
+  constexpr DevFormat F = DevFormat::q4;
+  constexpr int kWords = kDownUnits * 4;  // 8-element words of one activation row
+  // Per warp (slot): its activations' codes and (d, sum) pairs.
+  extern __shared__ int4 smem[];
+  int4* xq = smem + (threadIdx.x >> 5) * 4 * kDownUnits;
+  float2* xd =
+      reinterpret_cast<float2*>(smem + p.n_slot * 4 * kDownUnits) + (threadIdx.x >> 5) * kDownUnits;
+  __shared__ float part[32][kDownRows];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = p.slot_begin + w;
+  const SubGroup sg(16);
+  const int r0 = blockIdx.x * kDownRows;
+  // The slot's expert, and its rows, before the dependency wait: the gate/up launch publishes sel
+  // before it lets this one launch (or an earlier, finished routing kernel did). Read past L1,
+  // which may hold an earlier layer's sel; clamped, so that no value can send a load astray.
+  const int expert = min(max(__ldcg(p.sel + slot) - p.expert_base, 0), p.down.rows / p.n_embd - 1);
+  const int64_t base = int64_t(expert) * p.n_embd;
+  RowUnits<1> rows[kDownRows / 2] = {};
+#pragma unroll
+  for (int k = 0; k < kDownRows / 2; ++k) {
+    const int rr = r0 + sg.sub + 2 * k;
+    if (rr < p.n_embd) load_units<F, 1>(p.down, base + rr, sg.sl, 16, rows[k]);
+  }
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && *p.halt) return;
+  float v[kWords / 32][8];
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k)
+    load_word(p.act + w * act_stride, lane + 32 * k, kWords, v[k]);
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
+  __syncwarp();
+  XQuant<1> q;
+  load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
+  // The half warp's 4 rows' partials, then one transposed reduction over its 16 lanes
+  // (5 shuffles instead of 16): row sub + 2k lands in lanes 4k… of the half warp.
+  float acc[kDownRows / 2];
+#pragma unroll
+  for (int k = 0; k < kDownRows / 2; ++k)
+    acc[k] = r0 + sg.sub + 2 * k < p.n_embd ? partial_dot_dp4a<1>(rows[k], q) : 0.f;
+  const int k = reduce_rows<kDownRows / 2, 16>(acc, sg.sl);
+  if (sg.sl % (16 / (kDownRows / 2)) == 0) part[w][sg.sub + 2 * k] = acc[0];
+  __syncthreads();
+  store_down<kDownRows>(p, r0, part);
+}
+
+constexpr int kPairs = 3;  // (slot, row) pairs per warp at most
+
+bool q4_group64(const DevMatrix& m) {
+  return m.fmt == DevFormat::q4 && m.group == 64;
+}
+
+// Pairs per warp when the dp4a gate/up kernel takes p (one wave), else 0.
+int gate_up_pairs_per_warp(const MoeParams& p) {
+  if (!dp4a_enabled() || !q4_group64(p.gate) || !q4_group64(p.up) || p.gate.units != kGateUpUnits ||
+      p.n_ff <= 0)
+    return 0;
+  return rows_per_warp_one_wave(reinterpret_cast<const void*>(gate_up_dp4a_kernel<kPairs>),
+                                kThreads, 0, p.n_slot * p.n_ff, kPairs);
+}
+
+}  // namespace
+
+Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
+  const int ppw = gate_up_pairs_per_warp(p);
+  if (ppw == 0) return false;
+  const int total = p.n_slot * p.n_ff, blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
+  if (Status st = launch("moe gate/up (dp4a)", gate_up_dp4a_kernel<kPairs>, dim3(blocks),
+                         dim3(kThreads), 0, s, p, ppw, act_stride_of(p));
+      !st.ok())
+    return st.error();
+  return true;
+}
+
+Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
+  // The down kernel reads sel before its dependency wait, which only the dp4a gate/up launch
+  // allows (it publishes sel before letting dependents start): pair the two.
+  if (gate_up_pairs_per_warp(p) == 0 || !q4_group64(p.down) || p.down.units != kDownUnits)
+    return false;
+  const int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
+  const size_t smem = size_t(p.n_slot) * kDownUnits * (4 * sizeof(int4) + sizeof(float2));
+  if (Status st = launch("moe down (dp4a)", down_dp4a_kernel, dim3(blocks), dim3(32 * p.n_slot),
+                         smem, s, p, act_stride_of(p));
+      !st.ok())
+    return st.error();
+  return true;
+}
+
+}  // namespace orchid::cuda

@@ -1,0 +1,279 @@
+// GEMV kernels against a double-precision reference on fresh random inputs: q4 / q8 / bf16,
+// real and odd widths, several tasks per launch, RMSNorm prologue, residual add, the router
+// epilogue (softmax, top-k, renormalise, shared gate) and the lm_head argmax epilogue.
+// Bound: |got − ref| ≤ 1e-4 · Σ|w·x| + 1e-6 per output. CUDA cores: fp32 sums of exact products.
+// Tensor cores (q4): x̂ rounded to fp16 (relative ≤ 2⁻¹¹ per element, independent), so the
+// expected error is ~1.4e-4 · √Σ(w·x)², below 2e-5 · Σ|w·x| from 128 columns up.
+// dp4a (q4, q8; only where the kernel runs): each x̂ element off by ≤ its group's max|x̂| /
+// 64,516, so the bound adds Σ|scale · code_c| · gmax(c) / 64,516 (a worst case).
+#include <algorithm>
+#include <cmath>
+
+#include "../cuda_test_matrix.h"
+#include "../cuda_test_reference.h"
+#include "../cuda_test_util.h"
+#include "orchid/backend/cuda/common/kernels.h"
+
+namespace orchid {
+namespace {
+
+using cuda::DevFormat;
+using test::DevBuf;
+using test::DeviceMatrix;
+using test::HostMatrix;
+using test::x_hat;
+
+// Whether launch_gemv gives matrices like h to the dp4a kernel on `path` (its dispatch rule:
+// q4 rows of 2,048 or 4,096 columns, q8 rows of 2,048).
+bool dp4a_takes(const HostMatrix& h, test::KernelPath path) {
+  if (!path.dp4a) return false;
+  if (h.fmt == DevFormat::q4) return h.cols == 2048 || h.cols == 4096;
+  return h.fmt == DevFormat::q8 && h.cols == 2048;
+}
+
+void expect_close(const HostMatrix& h, const std::vector<double>& xh, const std::vector<float>& got,
+                  const std::vector<float>* add, bool dp4a, const char* what) {
+  const std::vector<double> gmax = test::group_max_abs(xh, 64);
+  int bad = 0;
+  for (int r = 0; r < h.rows; ++r) {
+    double ref = add ? (*add)[size_t(r)] : 0.0, mag = 0;
+    for (int c = 0; c < h.cols; ++c) {
+      const double p = double(h.w[size_t(r) * h.cols + c]) * xh[size_t(c)];
+      ref += p;
+      mag += std::fabs(p);
+    }
+    const double tol = 1e-4 * mag + 1e-6 + (add ? 1e-6 * std::fabs((*add)[size_t(r)]) : 0.0) +
+                       (dp4a ? test::dp4a_bound(h, r, gmax) : 0.0);
+    if (!(std::fabs(got[size_t(r)] - ref) <= tol) && bad++ < 5)
+      ADD_FAILURE() << what << " row " << r << ": got " << got[size_t(r)] << " want " << ref
+                    << " (tol " << tol << ")";
+  }
+}
+
+struct Shape {
+  DevFormat fmt;
+  int rows, cols;
+};
+
+// (shape, kernel path)
+class GemvShapes : public ::testing::TestWithParam<std::tuple<Shape, test::KernelPath>> {};
+
+TEST_P(GemvShapes, TwoTasksWithNormAndResidualMatchReference) {
+  ORCHID_REQUIRE_GPU();
+  const Shape s = std::get<0>(GetParam());
+  test::PathMode mode(std::get<1>(GetParam()));
+  std::mt19937_64 rng(std::random_device{}());
+  for (bool with_norm : {false, true}) {
+    HostMatrix a(s.fmt, s.rows, s.cols, rng), b(s.fmt, s.rows / 2 + 1, s.cols, rng);
+    DeviceMatrix da(a), db(b);
+    auto x = test::random_floats(size_t(s.cols), -2.f, 2.f, rng);
+    auto norm = test::random_floats(size_t(s.cols), 0.5f, 1.5f, rng);
+    auto add = test::random_floats(size_t(b.rows), -3.f, 3.f, rng);
+    DevBuf<float> dx(x), dnorm(norm), dya(size_t(a.rows)), dyb(add);
+    cuda::GemvParams p;
+    p.task[0] = {da.m, dya.get(), nullptr};
+    p.task[1] = {db.m, dyb.get(), dyb.get()};  // in place: y = y + W·x̂
+    p.n_task = 2, p.x = dx.get(), p.cols = s.cols, p.norm = with_norm ? dnorm.get() : nullptr;
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    const auto xh = x_hat(x, with_norm ? &norm : nullptr, p.eps);
+    const bool dp4a = dp4a_takes(a, std::get<1>(GetParam()));
+    expect_close(a, xh, dya.host(), nullptr, dp4a, "task 0");
+    expect_close(b, xh, dyb.host(), &add, dp4a, "task 1 (+ residual)");
+  }
+}
+
+// 20000 × 2048 q4: several rounds per block of the tensor-core kernel (and too many rows for the
+// upfront kernel); 600 × 4096: 8 segments; 10000 × 2048 and 2500 × 4096: several rows per warp
+// in the upfront kernel.
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, GemvShapes,
+    ::testing::Combine(
+        ::testing::Values(Shape{DevFormat::q4, 300, 2048}, Shape{DevFormat::q4, 37, 4096},
+                          Shape{DevFormat::q4, 20000, 2048}, Shape{DevFormat::q4, 600, 4096},
+                          Shape{DevFormat::q4, 10000, 2048}, Shape{DevFormat::q4, 2500, 4096},
+                          Shape{DevFormat::q4, 70, 512}, Shape{DevFormat::q4, 5, 128},
+                          Shape{DevFormat::q8, 257, 2048}, Shape{DevFormat::q8, 3, 128},
+                          Shape{DevFormat::bf16, 33, 288}, Shape{DevFormat::bf16, 9, 2048},
+                          Shape{DevFormat::bf16, 5, 4096}, Shape{DevFormat::bf16, 17, 96}),
+        ::testing::ValuesIn(test::kAllPaths)));
+
+// One matrix per launch (what the streaming kernel takes): rows that do not fill whole rounds
+// of the grid's warps, RMSNorm prologue and residual add.
+TEST(CudaGemv, OneLongMatrixWithNormAndResidual) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix a(DevFormat::q4, 40001, 2048, rng);
+  DeviceMatrix da(a);
+  auto x = test::random_floats(2048, -2.f, 2.f, rng);
+  auto norm = test::random_floats(2048, 0.5f, 1.5f, rng);
+  auto add = test::random_floats(size_t(a.rows), -3.f, 3.f, rng);
+  for (test::KernelPath path : test::kAllPaths) {
+    test::PathMode mode(path);
+    DevBuf<float> dx(x), dnorm(norm), dy(add);
+    cuda::GemvParams p;
+    p.task[0] = {da.m, dy.get(), dy.get()};
+    p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.norm = dnorm.get();
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    expect_close(a, x_hat(x, &norm, p.eps), dy.host(), &add, dp4a_takes(a, path),
+                 test::path_name(path).c_str());
+  }
+}
+
+// Large activations (|x| up to 3000, as outlier channels reach) keep the same relative bound.
+TEST(CudaGemv, Q4HandlesLargeActivations) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix a(DevFormat::q4, 64, 2048, rng);
+  DeviceMatrix da(a);
+  auto x = test::random_floats(2048, -3000.f, 3000.f, rng);
+  for (test::KernelPath path : test::kAllPaths) {
+    test::PathMode mode(path);
+    DevBuf<float> dx(x), dy(size_t(a.rows));
+    cuda::GemvParams p;
+    p.task[0] = {da.m, dy.get(), nullptr};
+    p.n_task = 1, p.x = dx.get(), p.cols = 2048;
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    expect_close(a, x_hat(x, nullptr, p.eps), dy.host(), nullptr, dp4a_takes(a, path),
+                 test::path_name(path).c_str());
+  }
+}
+
+TEST(CudaGemv, ArgmaxPicksTheLargestLogitAndAdvances) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix h(DevFormat::q4, 50021, 2048, rng);
+  DeviceMatrix d(h);
+  auto x = test::random_floats(2048, -2.f, 2.f, rng);
+  DevBuf<float> dx(x), logits(size_t(h.rows)), partial(2 * 4096);
+  DevBuf<unsigned> ticket(std::vector<unsigned>{0u});
+  DevBuf<int> token(1), pos(std::vector<int>{41}), stopped(std::vector<int>{0});
+  cuda::GemvParams p;
+  p.task[0] = {d.m, logits.get(), nullptr};
+  p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.epilogue = cuda::GemvEpilogue::argmax;
+  p.ticket = ticket.get(), p.partial = partial.get(), p.token = token.get(), p.pos = pos.get();
+  p.stopped = stopped.get();
+  // The id also goes to a mapped host slot per position parity (the decode loop reads it there).
+  int* slots = nullptr;
+  ORCHID_CUDA_OK(
+      cudaHostAlloc(reinterpret_cast<void**>(&slots), 2 * sizeof(int), cudaHostAllocMapped));
+  ORCHID_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.host_token), slots, 0));
+  // Twice per kernel path: the ticket must have been reset.
+  for (int round = 0; round < 2 * int(std::size(test::kAllPaths)); ++round) {
+    test::PathMode mode(test::kAllPaths[round / 2]);
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    auto l = logits.host();
+    const int want = int(std::max_element(l.begin(), l.end()) - l.begin());
+    EXPECT_EQ(token.host()[0], want);
+    EXPECT_EQ(static_cast<volatile int*>(slots)[(41 + round) & 1], want) << "host slot";
+    EXPECT_EQ(pos.host()[0], 42 + round) << test::path_name(test::kAllPaths[round / 2]);
+    EXPECT_EQ(ticket.host()[0], 0u);
+  }
+  cudaFreeHost(slots);
+  EXPECT_EQ(stopped.host()[0], 0);
+}
+
+// A halted step's lm_head launch does nothing on every path: no logits, no id, no advance, the
+// ticket left at zero. 50,021 rows: the bulk stream has requested all its first stages before it
+// reads the flag, and must keep its shared memory until they land.
+TEST(CudaGemv, HaltedArgmaxLeavesEverythingAsItWas) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix h(DevFormat::q4, 50021, 2048, rng);
+  DeviceMatrix d(h);
+  auto x = test::random_floats(2048, -2.f, 2.f, rng);
+  const std::vector<float> before(size_t(h.rows), 123.f);
+  DevBuf<float> dx(x), logits(before), partial(2 * 4096);
+  DevBuf<unsigned> ticket(std::vector<unsigned>{0u});
+  DevBuf<int> token(std::vector<int>{-5}), pos(std::vector<int>{41}), halt(std::vector<int>{1});
+  cuda::GemvParams p;
+  p.task[0] = {d.m, logits.get(), nullptr};
+  p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.epilogue = cuda::GemvEpilogue::argmax;
+  p.ticket = ticket.get(), p.partial = partial.get(), p.token = token.get(), p.pos = pos.get();
+  p.halt = halt.get();
+  for (test::KernelPath path : test::kAllPaths) {
+    test::PathMode mode(path);
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(logits.host(), before) << test::path_name(path);
+    EXPECT_EQ(token.host()[0], -5) << test::path_name(path);
+    EXPECT_EQ(pos.host()[0], 41) << test::path_name(path);
+    EXPECT_EQ(ticket.host()[0], 0u) << test::path_name(path);
+  }
+}
+
+// The bulk-copy stream is what a compute capability 9.0 device runs for the lm_head (this build
+// always holds sm_90a code), so its test path is not the register stream's under another name.
+TEST(CudaGemv, BulkStreamRunsOnHopper) {
+  ORCHID_REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  ORCHID_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "not a compute capability 9.0 device";
+  EXPECT_TRUE(cuda::bulk_gemv_supported());
+}
+
+// The router GEMV (router + shared-expert gate → E + 1 logits), then the expert gate/up launch
+// routing from them: top-k (ties to the lower id) renormalised, plus the shared slot.
+TEST(CudaRouting, GateUpPicksTopKRenormalisesAndAddsTheSharedSlot) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (auto [E, k] : {std::pair{256, 8}, std::pair{5, 3}}) {
+    const int H = 2048, ff = 32;
+    HostMatrix r(DevFormat::q8, E, H, rng), g(DevFormat::q8, 1, H, rng);
+    HostMatrix gate(DevFormat::bf16, (E + 1) * ff, H, rng),
+        up(DevFormat::bf16, (E + 1) * ff, H, rng);
+    DeviceMatrix dr(r), dg(g), dgate(gate), dup(up);
+    // Small inputs keep the logits O(1), so no two probabilities underflow into a tie.
+    auto x = test::random_floats(size_t(H), -0.05f, 0.05f, rng);
+    DevBuf<float> dx(x), logits(size_t(E + 1)), sel_w(size_t(k + 1)), act(size_t(k + 1) * ff);
+    DevBuf<int> sel(size_t(k + 1));
+    cuda::GemvParams p;
+    p.task[0] = {dr.m, logits.get(), nullptr};
+    p.task[1] = {dg.m, logits.get() + E, nullptr};
+    p.n_task = 2, p.x = dx.get(), p.cols = H;
+    ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+    cuda::MoeParams m;
+    m.gate = dgate.m, m.up = dup.m, m.n_ff = ff, m.n_embd = H, m.n_slot = k + 1;
+    m.x = dx.get(), m.logits = logits.get(), m.n_expert = E, m.top_k = k;
+    m.sel = sel.get(), m.sel_w = sel_w.get(), m.act = act.get();
+    ASSERT_TRUE(cuda::launch_moe_gate_up(m, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+    const test::Routing want = test::reference_routing(logits.host(), E, k);
+    auto s = sel.host();
+    auto w = sel_w.host();
+    for (int i = 0; i < k; ++i) {
+      EXPECT_EQ(s[size_t(i)], want.sel[size_t(i)]) << "slot " << i;
+      EXPECT_NEAR(w[size_t(i)], want.w[size_t(i)], 1e-5);
+    }
+    EXPECT_EQ(s[size_t(k)], E);
+    EXPECT_NEAR(w[size_t(k)], want.w[size_t(k)], 1e-6);
+  }
+}
+
+// Ties between router logits go to the lower expert id, and -0 ties with +0, as on the CPU:
+// 64 experts all at 0 but one at 1 and one at -0.
+TEST(CudaRouting, TiesGoToTheLowerIdAndMinusZeroTiesWithZero) {
+  ORCHID_REQUIRE_GPU();
+  const int E = 64, k = 8;
+  std::vector<float> logits(size_t(E + 1), 0.f);
+  logits[40] = 1.f, logits[5] = -0.f, logits[E] = 0.5f;
+  DevBuf<float> dl(logits), sel_w(size_t(k + 1));
+  DevBuf<int> sel(size_t(k + 1));
+  cuda::MoeParams m;
+  m.n_slot = k + 1, m.logits = dl.get(), m.n_expert = E, m.top_k = k;
+  m.sel = sel.get(), m.sel_w = sel_w.get();
+  ASSERT_TRUE(cuda::launch_moe_route(m, nullptr).ok());
+  ORCHID_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(sel.host(), (std::vector<int>{40, 0, 1, 2, 3, 4, 5, 6, E}));
+  const double e = std::exp(-1.0), top = 1 / (1 + 7 * e);
+  auto w = sel_w.host();
+  EXPECT_NEAR(w[0], top, 1e-6);
+  for (int i = 1; i < k; ++i) EXPECT_NEAR(w[size_t(i)], e * top, 1e-6) << i;
+  EXPECT_NEAR(w[size_t(k)], 1 / (1 + std::exp(-0.5)), 1e-6);
+}
+
+}  // namespace
+}  // namespace orchid
