@@ -1,7 +1,8 @@
 // One fuzz input for the request path, shared by the libFuzzer target (fuzz_request.cpp) and
 // the bounded random driver among the tests (tests/server/test_request_random.cpp): the first
 // byte picks the endpoint ('0' chat completions, '1' completions, '2' tokenize, '3'
-// apply-template, '4' detokenize; other bytes wrap), the rest is its body, parsed and validated
+// apply-template, '4' detokenize, '5' Anthropic messages; other bytes wrap), the rest is its
+// body, parsed and validated
 // as the server does; a chat or template request that passes is rendered by the built-in
 // Qwen3.6 template. Whatever the bytes, that ends in a value or a 400 with a message: never a
 // crash, an escaped exception or a stack overflow.
@@ -9,13 +10,14 @@
 
 #include <string_view>
 
+#include "orchid/server/anthropic_request.h"
 #include "orchid/server/openai_request.h"
 #include "orchid/tokenizer/chat_template.h"
 
 namespace orchid::fuzz {
 
-enum class Endpoint { chat, completion, tokenize, apply_template, detokenize };
-inline constexpr int kEndpoints = 5;
+enum class Endpoint { chat, completion, tokenize, apply_template, detokenize, messages };
+inline constexpr int kEndpoints = 6;
 
 // What became of one input: refused (400 + message), accepted (and rendered, where a template
 // runs), the template refused it (with a message), or a broken contract: a refusal that is not
@@ -57,6 +59,10 @@ inline Outcome exercise_request(std::string_view input) {
     case Endpoint::detokenize: {
       auto r = server::parse_detokenize_request(body);
       return r ? Outcome::accepted : refused(r.error());
+    }
+    case Endpoint::messages: {
+      auto r = server::parse_messages_request(body);
+      return r ? render(r->messages, r->tools, r->template_options) : refused(r.error());
     }
   }
   return Outcome::broken;

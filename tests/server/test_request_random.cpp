@@ -114,6 +114,53 @@ class Gen {
     return b;
   }
 
+  // An Anthropic content block of any kind, valid or not.
+  OJson block() {
+    switch (pick(7)) {
+      case 0: return {{"type", "text"}, {"text", text()}};
+      case 1: return {{"type", "thinking"}, {"thinking", text()}, {"signature", text()}};
+      case 2: {
+        OJson input = chance(80) ? OJson{{"city", text()}, {"days", value(2)}} : value(2);
+        return {{"type", "tool_use"}, {"id", "toolu_" + std::to_string(pick(9))},
+                {"name", chance(90) ? "get_weather" : text()}, {"input", input}};
+      }
+      case 3: {
+        OJson content = chance(50) ? OJson(text())
+                                   : OJson::array({{{"type", "text"}, {"text", text()}}});
+        return {{"type", "tool_result"}, {"tool_use_id", "toolu_" + std::to_string(pick(9))},
+                {"content", chance(90) ? content : value(2)}};
+      }
+      case 4: return {{"type", "image"}, {"source", value(1)}};
+      case 5: return {{"type", "redacted_thinking"}, {"data", text()}};
+      default: return value(2);
+    }
+  }
+
+  // POST /v1/messages.
+  OJson anthropic() {
+    OJson b = {{"model", "m"}, {"max_tokens", chance(95) ? pick(64) + 1 : pick(3) - 1}};
+    if (chance(40)) b["system"] = chance(50) ? OJson(text())
+                                             : OJson::array({{{"type", "text"}, {"text", text()}}});
+    b["messages"] = OJson::array({{{"role", "user"}, {"content", text() + "?"}}});
+    for (int i = pick(5); i > 0; --i) {
+      const char* role = chance(50) ? "assistant" : chance(95) ? "user" : "system";
+      OJson content = OJson::array();
+      for (int k = pick(4); k > 0; --k) content.push_back(chance(80) ? block() : value(1));
+      b["messages"].push_back({{"role", role}, {"content", chance(80) ? content : OJson(text())}});
+    }
+    if (chance(50)) {
+      OJson schema = {{"type", "object"},
+                      {"properties", {{"city", {{"type", "string"}}}, {"x", value(3)}}}};
+      b["tools"] = OJson::array({{{"name", "get_weather"}, {"input_schema", schema}}});
+      if (chance(10)) b["tools"].push_back({{"type", "web_search_20250305"}, {"name", "s"}});
+    }
+    if (chance(20)) b["thinking"] = {{"type", chance(80) ? "enabled" : text()}};
+    if (chance(20)) b["tool_choice"] = {{"type", chance(80) ? "auto" : text()}};
+    if (chance(15)) b["stop_sequences"] = OJson::array({text()});
+    if (chance(10)) b[text()] = value(2);
+    return b;
+  }
+
   OJson completion() {
     OJson b = {{"model", "m"}, {"max_tokens", pick(20)}};
     switch (pick(4)) {
@@ -166,6 +213,8 @@ class Gen {
       }
       case Endpoint::detokenize:
         return dump(OJson{{"tokens", chance(90) ? ids() : value(2)}});
+      case Endpoint::messages:
+        return dump(anthropic());
     }
     return "{}";
   }
@@ -203,7 +252,8 @@ class Gen {
 TEST(RequestRandom, EveryInputIsAValueARenderOrA400) {
   Gen gen(20261203);
   constexpr int kPerEndpoint = 400;  // ~1 s in a release build, ~15 s under ASan
-  const char* const kNames[] = {"chat", "completions", "tokenize", "apply-template", "detokenize"};
+  const char* const kNames[] = {"chat",       "completions", "tokenize", "apply-template",
+                                "detokenize", "messages"};
   const auto t0 = std::chrono::steady_clock::now();
   for (int e = 0; e < kEndpoints; ++e) {
     int counts[4] = {};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "orchid/runtime/engine.h"
+#include "orchid/server/anthropic_response.h"
 #include "orchid/server/http_server.h"
 #include "orchid/server/openai_response.h"
 #include "orchid/tokenizer/output_parser.h"
@@ -19,6 +20,11 @@ namespace orchid::server {
 
 // An ApiError as an HTTP answer (503: Retry-After; 401: WWW-Authenticate).
 HttpResponse error_response(const ApiError& e);
+// The same in Anthropic's shape (the /v1/messages endpoints).
+HttpResponse anthropic_error_response(const ApiError& e);
+
+// The API a request came in through: its answer's and its errors' shape.
+enum class Api { openai, anthropic };
 
 struct Job {
   // Set by the handler before the job is queued; read-only afterwards.
@@ -26,7 +32,9 @@ struct Job {
   std::vector<std::string> stop;
   bool chat = true;
   OutputParserOptions parser;  // chat only
-  ResponseOptions response;
+  Api api = Api::openai;
+  ResponseOptions response;    // the OpenAI answer; its `stream` says for every API
+  MessagesOptions messages;    // the Anthropic answer
   std::chrono::steady_clock::time_point arrived;
 
   // Set from the connection (client gone) or by shutdown; the engine stops at the next token.

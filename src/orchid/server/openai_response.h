@@ -10,23 +10,9 @@
 #include <vector>
 
 #include "orchid/server/api_error.h"
-#include "orchid/tokenizer/output_parser.h"
+#include "orchid/server/reply_writer.h"
 
 namespace orchid::server {
-
-// One generated token for logprobs: its raw bytes (possibly part of a UTF-8 character; JSON
-// strings show invalid bytes as U+FFFD, "bytes" keeps them exact).
-struct TokenLogprob {
-  std::string token;
-  float logprob = 0;
-  std::vector<std::pair<std::string, float>> top;  // alternatives, most likely first
-};
-
-struct Usage {
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens restored from the state cache
-};
 
 enum class Endpoint { chat, completion };
 
@@ -47,22 +33,22 @@ std::string usage_json(const Usage& u);
 // A fresh response id: prefix + 24 random alphanumerics.
 std::string make_response_id(std::string_view prefix);
 
-class ResponseWriter {
+class ResponseWriter final : public ReplyWriter {
  public:
   explicit ResponseWriter(ResponseOptions opts);
 
   // Streaming: the first frame (chat: the assistant role). Not streaming: "".
-  std::string start();
+  std::string start() override;
   // Output of one step: the parser's delta (completions: delta.content only) and the logprobs
   // of the tokens it consumed. Streaming: the frames to send now; otherwise gathered, "".
-  std::string add(const ParserDelta& delta, std::vector<TokenLogprob> logprobs = {});
+  std::string add(const ParserDelta& delta, std::vector<TokenLogprob> logprobs = {}) override;
   // Streaming: the final chunk with finish_reason, the usage chunk if asked, and [DONE].
   // Otherwise the whole JSON body.
-  std::string finish(std::string_view finish_reason, const Usage& usage);
+  std::string finish(std::string_view finish_reason, const Usage& usage) override;
   // Streaming after a failure mid-way: an error frame and [DONE].
   static std::string stream_error(const ApiError& e);
 
-  int tool_call_count() const { return int(tool_calls_.size()); }
+  int tool_call_count() const override { return int(tool_calls_.size()); }
 
  private:
   // One streamed chunk: chat takes the delta object, completions the text string.

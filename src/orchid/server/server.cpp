@@ -81,6 +81,12 @@ HttpResponse error_response(const ApiError& e) {
   return r;
 }
 
+HttpResponse anthropic_error_response(const ApiError& e) {
+  HttpResponse r = error_response(e);
+  r.body = anthropic_error_body(e);
+  return r;
+}
+
 HttpServerOptions Server::http_options() {
   HttpServerOptions h;
   h.host = opts_.host;
@@ -249,33 +255,52 @@ void Server::register_routes() {
   http_.route("POST", "/detokenize", [this](const HttpRequest& r) { return handle_detokenize(r); });
   http_.route("POST", "/apply-template",
               [this](const HttpRequest& r) { return handle_apply_template(r); });
+  http_.route("POST", "/v1/messages", [this](const HttpRequest& r) { return handle_messages(r); });
+  http_.route("POST", "/v1/messages/count_tokens",
+              [this](const HttpRequest& r) { return handle_count_tokens(r); });
 }
 
+// The key as OpenAI clients send it ("Authorization: Bearer KEY") or Anthropic's ("x-api-key:
+// KEY"), on any endpoint; errors in the shape of the endpoint's API.
 std::optional<HttpResponse> Server::gate(const HttpRequest& req) const {
   if (opts_.api_key.empty() || req.path == "/health") return std::nullopt;
-  const std::string auth = req.header("Authorization");
+  const bool anthropic = req.path.starts_with("/v1/messages");
+  auto refuse = [&](std::string msg) {
+    const ApiError e = status_error(401, std::move(msg));
+    return anthropic ? anthropic_error_response(e) : error_response(e);
+  };
+  const std::string auth = req.header("Authorization"), x_key = req.header("x-api-key");
   constexpr std::string_view kBearer = "Bearer ";
-  if (auth.empty())
-    return error_response(
-        status_error(401, "Missing API key: send the header 'Authorization: Bearer YOUR_KEY'"));
+  if (auth.empty() && x_key.empty())
+    return refuse(anthropic ? "Missing API key: send the header 'x-api-key: YOUR_KEY'"
+                            : "Missing API key: send the header 'Authorization: Bearer YOUR_KEY'");
+  if (!x_key.empty()) {
+    if (!same_secret(x_key, opts_.api_key)) return refuse("Incorrect API key provided");
+    return std::nullopt;
+  }
   // The scheme is case-insensitive (RFC 9110), the key is not.
   if (auth.size() < kBearer.size() ||
       strncasecmp(auth.data(), kBearer.data(), kBearer.size()) != 0 ||
       !same_secret(std::string_view(auth).substr(kBearer.size()), opts_.api_key))
-    return error_response(status_error(401, "Incorrect API key provided"));
+    return refuse("Incorrect API key provided");
   return std::nullopt;
 }
 
-std::optional<HttpResponse> Server::not_ready() const {
+std::optional<ApiError> Server::not_ready_error() const {
   switch (state_.load()) {
     case LoadState::ready:
       break;
     case LoadState::loading:
-      return error_response(status_error(503, "the model is still loading"));
+      return status_error(503, "the model is still loading");
     case LoadState::failed:
-      return error_response(status_error(503, "the model failed to load"));
+      return status_error(503, "the model failed to load");
   }
-  if (draining_) return error_response(status_error(503, "the server is shutting down"));
+  if (draining_) return status_error(503, "the server is shutting down");
+  return std::nullopt;
+}
+
+std::optional<HttpResponse> Server::not_ready() const {
+  if (auto e = not_ready_error()) return error_response(*e);
   return std::nullopt;
 }
 

@@ -86,7 +86,8 @@ class Server {
   Status load();
   void register_routes();
   std::optional<HttpResponse> gate(const HttpRequest& req) const;
-  std::optional<HttpResponse> not_ready() const;  // 503 while loading / after a failed load
+  std::optional<ApiError> not_ready_error() const;  // 503 while loading / after a failed load
+  std::optional<HttpResponse> not_ready() const;    // the same as an OpenAI answer
   Expected<std::string> render(const nlohmann::ordered_json& messages,
                                const nlohmann::ordered_json& tools,
                                const ChatTemplateOptions& opts) const;
@@ -97,11 +98,17 @@ class Server {
   HttpResponse handle_models() const;
   HttpResponse handle_metrics() const;
   HttpResponse handle_chat(const HttpRequest& req);
+  HttpResponse handle_messages(const HttpRequest& req);  // server_anthropic.cpp
+  HttpResponse handle_count_tokens(const HttpRequest& req) const;
   HttpResponse handle_completion(const HttpRequest& req);
   HttpResponse handle_tokenize(const HttpRequest& req) const;
   HttpResponse handle_detokenize(const HttpRequest& req) const;
   HttpResponse handle_apply_template(const HttpRequest& req) const;
 
+  // A chat request's job (prompt rendered twice for the snapshot point, tokenized, checked
+  // against the context), the API's answer options left to the caller.
+  ApiExpected<std::shared_ptr<Job>> chat_job(const ChatRequest& c,
+                                             std::chrono::steady_clock::time_point arrived);
   // Generation (server_generate.cpp): queue the job, then stream or wait for its answer.
   HttpResponse submit(std::shared_ptr<Job> job, const HttpRequest& req);
   void run_job(const std::shared_ptr<Job>& job, bool cancelled);

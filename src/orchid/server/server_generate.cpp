@@ -4,6 +4,7 @@
 // thread: engine tokens → detokenizer → stop strings → output parser → ResponseWriter.
 #include <algorithm>
 #include <ctime>
+#include <memory>
 #include <thread>
 
 #include "orchid/server/job.h"
@@ -16,12 +17,20 @@ namespace {
 using OJson = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
+// An error in the job's API: the frames that end its stream, or its whole answer.
+std::string stream_error(const Job& job, const ApiError& e) {
+  return job.api == Api::anthropic ? anthropic_stream_error(e) : ResponseWriter::stream_error(e);
+}
+HttpResponse error_answer(const Job& job, const ApiError& e) {
+  return job.api == Api::anthropic ? anthropic_error_response(e) : error_response(e);
+}
+
 // Ends a job that threw: an error frame for a stream, an error answer otherwise.
 void fail_job(Job& job, const ApiError& e) {
   std::lock_guard lock(job.mu);
   if (job.done) return;
-  if (job.response.stream) job.frames += ResponseWriter::stream_error(e);
-  job.answer = error_response(e);
+  if (job.response.stream) job.frames += stream_error(job, e);
+  job.answer = error_answer(job, e);
   job.done = true;
   job.cv.notify_all();
 }
@@ -57,22 +66,17 @@ ApiError context_error(int64_t prompt_tokens, int64_t ctx, const char* param) {
 
 }  // namespace
 
-HttpResponse Server::handle_chat(const HttpRequest& http) {
-  const auto arrived = Clock::now();
-  if (auto r = not_ready()) return *r;
-  auto parsed = parse_chat_request(http.body);
-  if (!parsed) return error_response(parsed.error());
-  ChatRequest& c = *parsed;
-
+ApiExpected<std::shared_ptr<Job>> Server::chat_job(const ChatRequest& c,
+                                                   Clock::time_point arrived) {
   // The prompt, and where its generation prompt begins: the engine keeps a snapshot there,
   // which the next turn reuses even though it re-renders this turn's reply its own way.
   ChatTemplateOptions topts = c.template_options;
   topts.add_generation_prompt = false;
   auto head = render(c.messages, c.tools, topts);
-  if (!head) return error_response(bad_request(head.message(), "messages"));
+  if (!head) return bad_request(head.message(), "messages");
   topts.add_generation_prompt = true;
   auto full = render(c.messages, c.tools, topts);
-  if (!full) return error_response(bad_request(full.message(), "messages"));
+  if (!full) return bad_request(full.message(), "messages");
   std::vector<int32_t> prompt = tok_->encode(*full);
   const std::vector<int32_t> head_ids = tok_->encode(*head);
   // A tokenisation boundary that differs between the two renderings: the common prefix.
@@ -80,7 +84,7 @@ HttpResponse Server::handle_chat(const HttpRequest& http) {
       std::mismatch(head_ids.begin(), head_ids.end(), prompt.begin(), prompt.end());
   const int64_t snapshot_at = int64_t(mismatch - head_ids.begin());
   if (int64_t(prompt.size()) + 1 > opts_.ctx)
-    return error_response(context_error(int64_t(prompt.size()), opts_.ctx, "messages"));
+    return context_error(int64_t(prompt.size()), opts_.ctx, "messages");
 
   auto job = std::make_shared<Job>();
   job->arrived = arrived;
@@ -91,6 +95,19 @@ HttpResponse Server::handle_chat(const HttpRequest& http) {
   job->parser.thinking = prompt_opens_thinking(*full);
   job->parser.tools = nlohmann::json(c.tools);
   job->parser.parse_tool_calls = c.parse_tool_calls;
+  job->response.stream = c.stream;
+  return job;
+}
+
+HttpResponse Server::handle_chat(const HttpRequest& http) {
+  const auto arrived = Clock::now();
+  if (auto r = not_ready()) return *r;
+  auto parsed = parse_chat_request(http.body);
+  if (!parsed) return error_response(parsed.error());
+  const ChatRequest& c = *parsed;
+  auto made = chat_job(c, arrived);
+  if (!made) return error_response(made.error());
+  std::shared_ptr<Job> job = std::move(*made);
   job->response = ResponseOptions{Endpoint::chat,
                                   make_response_id("chatcmpl-"),
                                   int64_t(std::time(nullptr)),
@@ -153,8 +170,8 @@ HttpResponse Server::submit(std::shared_ptr<Job> job, const HttpRequest& http) {
   {
     std::lock_guard lock(mu_);
     if (draining_)
-      return error_response(
-          ApiError{503, "server_error", "the server is shutting down", "", "overloaded"});
+      return error_answer(
+          *job, ApiError{503, "server_error", "the server is shutting down", "", "overloaded"});
     active_.insert(job);
   }
   auto run = [this, job](bool cancelled) {
@@ -169,7 +186,7 @@ HttpResponse Server::submit(std::shared_ptr<Job> job, const HttpRequest& http) {
   };
   if (!scheduler_.submit(std::move(run))) {
     release(job);
-    return error_response(ApiError{503, "server_error",
+    return error_answer(*job, ApiError{503, "server_error",
                                    "the server is busy: " + std::to_string(opts_.max_queue) +
                                        " requests are already waiting; retry later",
                                    "", "overloaded"});
@@ -242,7 +259,12 @@ void Server::pump(Job& job, const ChunkWriter& write, const std::function<bool()
 // The job itself, on the scheduler's thread.
 
 void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
-  ResponseWriter out(job->response);
+  std::unique_ptr<ReplyWriter> writer;
+  if (job->api == Api::anthropic)
+    writer = std::make_unique<MessagesWriter>(job->messages);
+  else
+    writer = std::make_unique<ResponseWriter>(job->response);
+  ReplyWriter& out = *writer;
   const bool stream = job->response.stream;
   auto emit = [&](std::string frames) {
     if (frames.empty()) return;
@@ -257,8 +279,8 @@ void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
     job->cv.notify_all();
   };
   auto fail = [&](const ApiError& e) {
-    if (stream) emit(ResponseWriter::stream_error(e));
-    finish(error_response(e));
+    if (stream) emit(stream_error(*job, e));
+    finish(error_answer(*job, e));
   };
   if (cancelled || job->cancelled || draining_) {
     // Never started: a stream (its 200 is sent) gets an error event, a waiting client a 503;
@@ -287,6 +309,7 @@ void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
     else
       d.content = std::move(r.text);
     if (!d.empty() || !logprobs.empty()) emit(out.add(d, std::exchange(logprobs, {})));
+    if (r.stopped) out.stopped_by(stops.matched());
     return r.stopped;
   };
   auto on_token = [&](const TokenEvent& ev) {

@@ -20,7 +20,10 @@ StopMatcher::Result StopMatcher::push(std::string_view piece) {
   held_.append(piece);
   // The earliest match of any stop string. The held part alone never holds a whole one.
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  for (const auto& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < first) first = at, matched_ = s;
+  }
   if (first != std::string::npos) {
     r.text = held_.substr(0, first);
     r.stopped = stopped_ = true;

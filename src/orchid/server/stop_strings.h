@@ -22,11 +22,14 @@ class StopMatcher {
   // End of the stream: the held-back tail (no stop string matched in it).
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that matched ("" before a match).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;  // a tail that is a proper prefix of some stop string
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace orchid::server
