@@ -194,7 +194,7 @@ describe('errors in Anthropic\'s shape', () => {
     const cases = [
       [{ model, messages: USER }, 'max_tokens'],
       [{ model, max_tokens: 8 }, 'messages'],
-      [{ model, max_tokens: 8, messages: [{ role: 'system', content: 'x' }] }, 'role'],
+      [{ model, max_tokens: 8, messages: [{ role: 'tool', content: 'x' }] }, 'role'],
       [{ model, max_tokens: 8, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }, 'image'],
       [{ model, max_tokens: 8, messages: USER, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'server tools'],
       [{ model, max_tokens: 8, messages: USER, tool_choice: { type: 'any' } }, 'tool_choice'],

@@ -89,9 +89,10 @@ export function makeModel() {
   return dir;
 }
 
+// A script file: a list of replies, or a whole script object ({replies, rules, ...}).
 export function writeScript(replies) {
   const f = path.join(makeTempDir(), 'script.json');
-  fs.writeFileSync(f, JSON.stringify({ replies }));
+  fs.writeFileSync(f, JSON.stringify(Array.isArray(replies) ? { replies } : replies));
   return f;
 }
 
@@ -202,12 +203,12 @@ const running = new Set();
 
 // Starts `orchid serve`; resolves once "orchid: listening on http://HOST:PORT" was printed and
 // GET /health answers 200. Options: modelDir (required), backend ('cpu' | 'scripted'),
-// script (a file, or an array of replies), apiKey, ctx, maxQueue, extraArgs, env (added to
+// script (a file, an array of replies or a script object), apiKey, ctx, maxQueue, extraArgs, env (added to
 // this process's), readyTimeoutMs.
 export async function startServer(opts) {
   const { modelDir, backend, apiKey, ctx, maxQueue, extraArgs = [], env, readyTimeoutMs = 30000 } = opts;
   let script = opts.script;
-  if (Array.isArray(script)) script = writeScript(script);
+  if (script && typeof script === 'object') script = writeScript(script);
   const host = '127.0.0.1';
   let lastError;
   for (let attempt = 0; attempt < 3; attempt++) {

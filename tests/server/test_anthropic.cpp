@@ -77,6 +77,21 @@ TEST(AnthropicRequest, MapsSystemBlocksToolsAndThinking) {
   EXPECT_EQ(r.template_options.preserve_thinking, true);
 }
 
+// System notes in `messages`: before any turn they join the system prompt; later, a user turn.
+TEST(AnthropicRequest, SystemMessagesBetweenTurns) {
+  const OJson body = {{"max_tokens", 8},
+                      {"system", "S"},
+                      {"messages", OJson::array({{{"role", "system"}, {"content", "early"}},
+                                                 {{"role", "user"}, {"content", "hi"}},
+                                                 {{"role", "system"}, {"content", OJson::array({{{"type", "text"}, {"text", "late"}}})}},
+                                                 {{"role", "assistant"}, {"content", "ok"}}})}};
+  const OJson want = OJson::array({{{"role", "system"}, {"content", "S\n\nearly"}},
+                                   {{"role", "user"}, {"content", "hi"}},
+                                   {{"role", "user"}, {"content", "late"}},
+                                   {{"role", "assistant"}, {"content", "ok"}}});
+  EXPECT_EQ(parse_ok(body).messages, want) << parse_ok(body).messages.dump();
+}
+
 TEST(AnthropicRequest, ThinkingAndToolChoice) {
   OJson b = {{"max_tokens", 8}, {"messages", OJson::array({{{"role", "user"}, {"content", "x"}}})}};
   b["thinking"] = {{"type", "enabled"}, {"budget_tokens", 1024}};
@@ -104,7 +119,7 @@ TEST(AnthropicRequest, BadBodiesAre400sNamingTheField) {
       {{{"max_tokens", 0}, {"messages", user}}, "max_tokens"},
       {{{"max_tokens", 8}}, "messages"},
       {{{"max_tokens", 8}, {"messages", OJson::array()}}, "messages"},
-      {{{"max_tokens", 8}, {"messages", OJson::array({{{"role", "system"}, {"content", "x"}}})}},
+      {{{"max_tokens", 8}, {"messages", OJson::array({{{"role", "tool"}, {"content", "x"}}})}},
        "messages[0].role"},
       {{{"max_tokens", 8},
         {"messages", OJson::array({{{"role", "user"}, {"content", OJson::array({{{"type", "image"}}})}}})}},
@@ -181,7 +196,8 @@ TEST(MessagesWriter, StreamsBlocksInOrderWithMatchingIndexes) {
   EXPECT_EQ(ev[11].second["delta"], OJson({{"type", "input_json_delta"}, {"partial_json", R"({"x":1})"}}));
   EXPECT_EQ(ev[12].second["index"], 2);
   EXPECT_EQ(ev[13].second["delta"]["stop_reason"], "tool_use");
-  EXPECT_EQ(ev[13].second["usage"]["output_tokens"], 9);
+  EXPECT_EQ(ev[13].second["usage"], OJson::parse(R"({"input_tokens":4,"cache_creation_input_tokens":0,
+                                                     "cache_read_input_tokens":16,"output_tokens":9})"));
   EXPECT_EQ(w.tool_call_count(), 1);
 }
 

@@ -3,6 +3,8 @@
 // the state cache in use and a snapshot cut.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "orchid/backend/scripted/scripted_backend.h"
 #include "orchid/runtime/engine.h"
 
@@ -98,8 +100,45 @@ TEST_F(ScriptedBackendTest, ContextOverflowIsAnError) {
   EXPECT_FALSE(backend_->forward(**st, bad, LogitsMode::last, logits).ok());
 }
 
+// A rule's reply goes to any request whose prompt (cached part included) holds its pattern; the
+// others get "replies" in turn.
+TEST(ScriptedRules, APromptHoldingThePatternGetsTheRulesReply) {
+  auto backend = make_scripted_backend(64, {{10, 11}}, kEos, 0, {{{7, 8}, {30, 31}}, {{9}, {40}}});
+  Engine e(*backend, 128, 1 << 20);
+  EXPECT_EQ(run(e, {2, 3, 4}).ids, (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(run(e, {2, 7, 8, 4}).ids, (std::vector<int32_t>{30, 31}));
+  EXPECT_EQ(run(e, {2, 7, 4, 8}).ids, (std::vector<int32_t>{10, 11}));  // not contiguous
+  EXPECT_EQ(run(e, {9, 7, 8}).ids, (std::vector<int32_t>{30, 31}));     // the first rule wins
+  EXPECT_EQ(run(e, {9, 5}).ids, (std::vector<int32_t>{40}));
+  // The pattern in the cached prefix: a follow-up of the last conversation.
+  Reply r = run(e, {9, 5, 40, 6, 6});
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{40}));
+  EXPECT_GT(r.cached, 0);
+}
+
 TEST(ScriptFile, Errors) {
   EXPECT_FALSE(load_script_replies("/nonexistent/script.json").ok());
+  const std::string path = ::testing::TempDir() + "/orchid_script_rules.json";
+  auto load = [&](const char* text) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    std::fputs(text, f);
+    std::fclose(f);
+    return load_script(path);
+  };
+  auto ok = load(R"({"replies": ["a"], "rules": [{"contains": "x", "reply": "b"}]})");
+  ASSERT_TRUE(ok.ok()) << ok.message();
+  ASSERT_EQ(ok->rules.size(), 1u);
+  EXPECT_EQ(ok->rules[0].contains, "x");
+  EXPECT_EQ(ok->rules[0].reply, "b");
+  for (const char* bad : {R"({"replies": ["a"], "rules": {}})", R"({"replies": ["a"], "rules": [{"reply": "b"}]})",
+                          R"({"replies": ["a"], "rules": [{"contains": "", "reply": "b"}]})",
+                          R"({"replies": ["a"], "rules": [{"contains": "x", "reply": 3}]})"}) {
+    auto r = load(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.message().find("rule"), std::string::npos) << r.message();
+    }
+  }
 }
 
 }  // namespace

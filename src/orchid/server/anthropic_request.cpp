@@ -79,9 +79,31 @@ Err convert_message(const OJson& m, const std::string& p, OJson& out) {
   const OJson* role = field(m, "role");
   if (!role || !role->is_string()) return need_string(p + ".role");
   const std::string r = role->get<std::string>();
-  if (r != "user" && r != "assistant")
-    return bad_request("'" + p + ".role' must be \"user\" or \"assistant\", not \"" + r + "\"",
+  if (r != "user" && r != "assistant" && r != "system")
+    return bad_request("'" + p + ".role' must be \"user\", \"assistant\" or \"system\", not \"" +
+                           r + "\"",
                        p + ".role");
+  if (r == "system") {
+    // Agents (Claude Code) put system notes between turns; the template takes a system message
+    // only first, so one before any turn joins the system prompt and a later one is said as a
+    // user turn, where the conversation reaches it.
+    const OJson* content = field(m, "content");
+    if (!content) return bad_request("'" + p + ".content' is required", p + ".content");
+    auto text = system_text(*content);
+    if (!text) {
+      ApiError e = text.error();
+      e.param = p + ".content";
+      return e;
+    }
+    const bool first = out.empty() || (out.size() == 1 && out[0]["role"] == "system");
+    if (first && !out.empty())
+      out[0]["content"] = out[0]["content"].get<std::string>() + "\n\n" + *text;
+    else if (first)
+      out.push_back({{"role", "system"}, {"content", std::move(*text)}});
+    else
+      out.push_back({{"role", "user"}, {"content", std::move(*text)}});
+    return {};
+  }
   const OJson* content = field(m, "content");
   if (!content) return bad_request("'" + p + ".content' is required", p + ".content");
   if (content->is_string()) {

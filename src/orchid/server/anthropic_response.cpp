@@ -163,7 +163,8 @@ std::string MessagesWriter::finish(std::string_view finish_reason, const Usage& 
   const OJson stop = by_stop ? OJson(stop_sequence_) : OJson();
   if (opts_.stream) {
     std::string out = close_block();
-    OJson u = {{"output_tokens", usage.completion_tokens}};
+    // The whole usage: message_start went out before the state cache was consulted.
+    OJson u = usage_object(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens);
     out += sse_event("message_delta",
                      dump({{"type", "message_delta"},
                            {"delta", {{"stop_reason", reason}, {"stop_sequence", stop}}},

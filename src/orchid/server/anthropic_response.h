@@ -1,6 +1,7 @@
 // Anthropic Messages answers: the message object, or its stream of named SSE events
 // (message_start, ping, content_block_start / _delta / _stop per block, message_delta with the
-// stop reason and usage, message_stop), and errors as {"type": "error", "error": {...}}.
+// stop reason and the whole usage — message_start's is sent before the state cache is consulted,
+// so it counts every prompt token as input — message_stop), and errors as {"type": "error", "error": {...}}.
 //
 // Blocks follow the reply: thinking (reasoning), text, and one tool_use block per call, each
 // opened when its first piece arrives and closed when another kind follows. A tool call arrives

@@ -15,6 +15,7 @@ namespace {
 
 struct ScriptPosition {
   int64_t reply = -1;      // which reply this request gets; -1 before any request
+  int64_t rule = -1;       // the rule whose reply it gets instead; -1: none matched
   size_t fed = 0;          // m: reply tokens fed back so far
   int32_t predicted = -1;  // the token the last forward scripted; -1 after a restore
 };
@@ -45,9 +46,10 @@ class ScriptedSnapshot final : public StateSnapshot {
 class ScriptedBackend final : public Backend {
  public:
   ScriptedBackend(int64_t n_vocab, std::vector<std::vector<int32_t>> replies, int32_t eos,
-                  double prefill_ms_per_token)
+                  double prefill_ms_per_token, std::vector<ScriptedRule> rules)
       : n_vocab_(n_vocab),
         replies_(std::move(replies)),
+        rules_(std::move(rules)),
         eos_(eos),
         prefill_ms_per_token_(prefill_ms_per_token) {}
 
@@ -75,9 +77,12 @@ class ScriptedBackend final : public Backend {
     const bool decode_step = tokens.size() == 1 && p.predicted >= 0 && tokens[0] == p.predicted;
     ORCHID_TRY(consume(st, tokens, decode_step ? 0.0 : prefill_ms_per_token_, cancel));
     p.fed = decode_step ? p.fed + 1 : 0;  // prompt tokens: the reply starts after them
+    if (!decode_step) p.rule = matching_rule(st.history);
 
     const std::vector<int32_t>* reply =
-        p.reply >= 0 ? &replies_[size_t(p.reply) % replies_.size()] : nullptr;
+        p.rule >= 0    ? &rules_[size_t(p.rule)].reply
+        : p.reply >= 0 ? &replies_[size_t(p.reply) % replies_.size()]
+                       : nullptr;
     p.predicted = reply && p.fed < reply->size() ? (*reply)[p.fed] : eos_;
     const size_t rows = mode == LogitsMode::all ? tokens.size() : 1;
     logits.assign(rows * size_t(n_vocab_), 0.f);
@@ -97,11 +102,20 @@ class ScriptedBackend final : public Backend {
     const auto& s = static_cast<const ScriptedSnapshot&>(snap);
     if (s.n_past() > st.capacity()) return err("snapshot longer than the state");
     st.history = s.history;
-    st.pos = ScriptPosition{requests_begun_++, 0, -1};  // a request begins (header: the rule)
+    st.pos = ScriptPosition{requests_begun_++, -1, 0, -1};  // a request begins (header: the rule)
     return {};
   }
 
  private:
+  // The first rule whose pattern the history holds, or -1.
+  int64_t matching_rule(const std::vector<int32_t>& history) const {
+    for (size_t k = 0; k < rules_.size(); ++k)
+      if (std::search(history.begin(), history.end(), rules_[k].contains.begin(),
+                      rules_[k].contains.end()) != history.end())
+        return int64_t(k);
+    return -1;
+  }
+
   // Appends tokens to the history in pieces of kScriptPiece, asking `cancel` before each and
   // taking ms_per_token per token; a cancellation puts the history back as it was.
   static Status consume(ScriptedState& st, std::span<const int32_t> tokens, double ms_per_token,
@@ -123,6 +137,7 @@ class ScriptedBackend final : public Backend {
 
   int64_t n_vocab_;
   std::vector<std::vector<int32_t>> replies_;
+  std::vector<ScriptedRule> rules_;
   int32_t eos_;
   double prefill_ms_per_token_;
   int64_t requests_begun_ = 0;
@@ -144,6 +159,17 @@ Expected<Script> load_script(const std::string& path) {
     script.replies.push_back(r.get<std::string>());
   }
   if (script.replies.empty()) return err(path, ": 'replies' is empty");
+  if (j.contains("rules")) {
+    if (!j["rules"].is_array()) return err(path, ": 'rules' must be a list");
+    for (const auto& r : j["rules"]) {
+      if (!r.is_object() || !r.contains("contains") || !r["contains"].is_string() ||
+          r["contains"].get<std::string>().empty() || !r.contains("reply") ||
+          !r["reply"].is_string())
+        return err(path, ": every rule must be {\"contains\": non-empty text, \"reply\": text}, not ",
+                   r.dump());
+      script.rules.push_back({r["contains"].get<std::string>(), r["reply"].get<std::string>()});
+    }
+  }
   if (j.contains("prefill_ms_per_token")) {
     const auto& d = j["prefill_ms_per_token"];
     if (!d.is_number() || d.get<double>() < 0)
@@ -161,8 +187,10 @@ Expected<std::vector<std::string>> load_script_replies(const std::string& path) 
 
 std::unique_ptr<Backend> make_scripted_backend(int64_t n_vocab,
                                                std::vector<std::vector<int32_t>> replies,
-                                               int32_t eos, double prefill_ms_per_token) {
-  return std::make_unique<ScriptedBackend>(n_vocab, std::move(replies), eos, prefill_ms_per_token);
+                                               int32_t eos, double prefill_ms_per_token,
+                                               std::vector<ScriptedRule> rules) {
+  return std::make_unique<ScriptedBackend>(n_vocab, std::move(replies), eos, prefill_ms_per_token,
+                                           std::move(rules));
 }
 
 Expected<std::unique_ptr<Backend>> load_scripted_backend(const std::string& path,
@@ -174,7 +202,10 @@ Expected<std::unique_ptr<Backend>> load_scripted_backend(const std::string& path
     return err(path, ": end-of-sequence id ", eos, " is outside the vocabulary");
   std::vector<std::vector<int32_t>> replies;
   for (const auto& t : script->replies) replies.push_back(tok.encode(t));
-  return make_scripted_backend(n_vocab, std::move(replies), eos, script->prefill_ms_per_token);
+  std::vector<ScriptedRule> rules;
+  for (const auto& r : script->rules) rules.push_back({tok.encode(r.contains), tok.encode(r.reply)});
+  return make_scripted_backend(n_vocab, std::move(replies), eos, script->prefill_ms_per_token,
+                               std::move(rules));
 }
 
 }  // namespace orchid
