@@ -1,6 +1,6 @@
 // The CUDA backend: construction (scratch buffers), per-sequence states and their snapshots,
 // and the factories. The decode step lives in decode/step.cpp, forward() and the on-device
-// decode loop in cuda_decode.cpp.
+// decode loop in cuda_forward.cpp.
 #include "orchid/backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>

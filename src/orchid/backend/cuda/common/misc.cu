@@ -21,6 +21,8 @@ void set_pdl_enabled(bool on) {
 }
 
 namespace {
+// Empty, never launched: cudaFuncGetAttributes on it says which code (PTX version) the device
+// runs (pdl_supported).
 __global__ void arch_probe_kernel() {}
 }  // namespace
 
@@ -93,6 +95,8 @@ int resident_blocks(const void* kernel, int threads, size_t smem) {
 
 namespace {
 
+// h [n_embd] fp32 = dequantised row *token of m [n_vocab, n_embd] (nothing when *halt); a
+// thread per column, 256 a block.
 __global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd, const int* halt) {
   grid_dep_wait();
   grid_dep_release();
@@ -103,6 +107,7 @@ __global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd
 }
 
 // One block: out = x · rsqrt(mean(x²) + eps) · w (the ablation of the GEMVs' fused prologue).
+// x, w, out [n] fp32; 1024 threads.
 __global__ void rms_norm_kernel(const float* x, const float* w, float eps, int n, float* out,
                                 const int* halt) {
   __shared__ float scratch[32];
@@ -115,6 +120,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float eps, int n
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * inv * w[i];
 }
 
+// ++*pos (device scalar) unless *halt; one thread.
 __global__ void advance_kernel(int* pos, const int* halt) {
   grid_dep_wait();
   grid_dep_release();
@@ -122,18 +128,21 @@ __global__ void advance_kernel(int* pos, const int* halt) {
   ++*pos;
 }
 
+// dst [n] uint32 = a seeded hash of each index; grid-stride, a thread per word.
 __global__ void fill_random_kernel(uint32_t* dst, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = uint32_t(mix64(seed + uint64_t(i) * 0x9e3779b97f4a7c15ull));
 }
 
+// dst [n] fp32 uniform in [lo, hi) from a seeded hash of each index; grid-stride.
 __global__ void fill_f32_kernel(float* dst, int64_t n, float lo, float hi, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = lo + (hi - lo) * uniform01(seed + uint64_t(i) * 0x9e3779b97f4a7c15ull);
 }
 
+// dst [n] bf16 bits uniform in [lo, hi) from a seeded hash of each index; grid-stride.
 __global__ void fill_bf16_kernel(uint16_t* dst, int64_t n, float lo, float hi, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -143,6 +152,7 @@ __global__ void fill_bf16_kernel(uint16_t* dst, int64_t n, float lo, float hi, u
 
 // (scale, bias) so that codes 0..2^bits-1 map to about [-amp, amp): scale = 2amp/levels·u,
 // bias = -amp·u with u in [0.5, 1.5).
+// dst [n] words: bf16 scale in the low half, bias in the high half; grid-stride.
 __global__ void fill_scale_bias_kernel(uint32_t* dst, int64_t n, float amp, int bits,
                                        uint64_t seed) {
   const float levels = float((1 << bits) - 1);
@@ -155,6 +165,8 @@ __global__ void fill_scale_bias_kernel(uint32_t* dst, int64_t n, float amp, int 
   }
 }
 
+// Streams src [n] 16-byte units (grid-stride) and xors them; sink [1] is written only on a
+// practically impossible value, so the loads stay.
 __global__ void read_kernel(const uint4* src, int64_t n, unsigned* sink) {
   uint32_t x = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;

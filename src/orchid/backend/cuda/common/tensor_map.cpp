@@ -1,3 +1,5 @@
+// Tensor maps (common/tensor_map.h): the driver's cuTensorMapEncodeTiled, looked up at run time,
+// encoding fp16 row maps (64-element boxes, 128-byte swizzle) and the GEMMs' A maps.
 #include "orchid/backend/cuda/common/tensor_map.h"
 
 #include <cuda_runtime.h>

@@ -70,6 +70,9 @@ __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int 
   }
 }
 
+// AttnParams; G = n_head / n_head_kv. Grid (n_head_kv, n_split): a block per (KV head, key
+// range), its 4 warps taking the range's 32-key tiles in turn; writes out, or (n_split > 1)
+// part_acc / part_ml for attention_combine_kernel.
 template <int G>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const __grid_constant__ AttnParams p) {
@@ -214,6 +217,9 @@ constexpr size_t attention_mma_smem() {
   return stages > merge ? stages : merge;
 }
 
+// AttnParams; G = n_head / n_head_kv, HD = hd, W warps. Grid (n_head_kv, n_split): a block per
+// (KV head, key range), as attention_kernel, on the tensor cores as described above; dynamic
+// shared memory attention_mma_smem<G, HD, W>().
 template <int G, int HD, int W>
 __global__ void __launch_bounds__(W * 32)
     attention_mma_kernel(const __grid_constant__ AttnParams p) {
@@ -399,6 +405,7 @@ __global__ void __launch_bounds__(W * 32)
 // added in shared memory.
 constexpr int kCombineParts = 4;
 
+// AttnParams: part_acc / part_ml → out [n_head * hd]; group = n_head / n_head_kv.
 __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, int group) {
   grid_dep_wait();
   grid_dep_release();

@@ -12,6 +12,8 @@ constexpr int kThreads = 512;
 constexpr int kQuarters = kThreads / kMaxGdnHeadDim;  // row groups × 128 columns
 constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
 
+// GdnParams; grid hv: a block per value head, 512 threads (thread: state column tid % 128,
+// a quarter of the dk rows; before the wait, conv channel tid).
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kMaxGdnHeadDim];
   __shared__ float part[kQuarters][kMaxGdnHeadDim];

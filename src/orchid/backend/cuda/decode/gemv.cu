@@ -23,6 +23,8 @@ namespace {
 constexpr int kThreads = kPickThreads, kWarps = kThreads / 32;
 constexpr int kBlocksPerSm = 4;
 
+// GemvParams; F the tasks' format, NI 16-byte units a lane, lpr lanes a row (sub-groups of
+// a warp). Sub-groups stride over the tasks' rows, concatenated; dynamic shared memory: x̂.
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads, NI <= 2 ? 2 : 1)
     gemv_kernel(const __grid_constant__ GemvParams p, int lpr) {

@@ -50,6 +50,8 @@ __device__ __forceinline__ void request_chunk(const DevMatrix& m, int chunk, uin
 }
 #endif
 
+// GemvParams, one task: q4 in groups of 64, 2,048 columns. A block an SM (512 threads) walks
+// chunks of kRows rows as above; dynamic shared memory kSmemBytes. sm_90a code only.
 __global__ void __launch_bounds__(kThreads, 1)
     bulk_gemv_kernel(const __grid_constant__ GemvParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

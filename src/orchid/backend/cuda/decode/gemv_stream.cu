@@ -28,6 +28,8 @@ constexpr int kNi = 2;  // 16-byte units per lane: 32 lanes × 2 × 32 = 2,048 c
 // batched reduction, 6 rows 96 µs.
 constexpr int kDepth = 4;
 
+// GemvParams, one task: q4 in groups of 64, 2,048 columns. Warp w of W takes rows w, w + W,
+// …, kDepth in flight; dynamic shared memory: x̂'s codes (x_quant_smem_bytes).
 __global__ void __launch_bounds__(kThreads, 2)
     stream_gemv_kernel(const __grid_constant__ GemvParams p) {
   extern __shared__ float4 smem4[];

@@ -26,6 +26,9 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 template <DevFormat F, int NI>
 using XCodes = std::conditional_t<F == DevFormat::q4, XQuant<NI>, XQuant8<NI>>;
 
+// GemvParams (store epilogue); F q4 or q8, NI 16-byte units a lane, ROWS the most rows a
+// warp: the grid's warp w takes rows [w · rpw, +rpw) of the tasks' rows, concatenated; dynamic
+// shared memory: x̂'s codes.
 template <DevFormat F, int NI, int ROWS>
 __global__ void __launch_bounds__(kThreads, 2)
     upfront_gemv_kernel(const __grid_constant__ GemvParams p, int rpw) {

@@ -12,6 +12,9 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
+// MoeParams; F gate / up's format, NI 16-byte units a lane, lpr lanes a row; act rows
+// act_stride apart. Sub-groups stride over the launch's n_slot · n_ff (slot, row) pairs;
+// dynamic shared memory: x̂.
 template <DevFormat F, int NI>
 __global__ void __launch_bounds__(kThreads)
     gate_up_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
@@ -59,6 +62,8 @@ constexpr int kDownRows = 8;  // output rows per block
 
 // Block: one warp per slot of the launch. Each warp's sub-groups walk the block's rows for that
 // slot.
+// MoeParams; F down's format, NI, lpr as gate_up_kernel; act rows act_stride apart. Grid: a
+// block per kDownRows rows of h [n_embd].
 template <DevFormat F, int NI>
 __global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int act_stride) {
   grid_dep_wait();
@@ -95,6 +100,7 @@ __global__ void down_kernel(const __grid_constant__ MoeParams p, int lpr, int ac
 }
 
 // ORCHID_FUSED_EXPERT=0: act = silu(gate) · up from the raw rows, a thread per element.
+// MoeParams: gate_up_raw [n_slot, 2, act_stride] → act [n_slot, act_stride].
 __global__ void silu_mul_kernel(const __grid_constant__ MoeParams p, int act_stride) {
   grid_dep_wait();
   grid_dep_release();
@@ -108,6 +114,7 @@ __global__ void silu_mul_kernel(const __grid_constant__ MoeParams p, int act_str
 
 // ORCHID_FUSED_EXPERT=0: h += Σ_s w_s · slot_out[s] over this launch's slots, in slot order (the
 // fused down epilogue's sum), a thread per row.
+// MoeParams: slot_out [slot_begin + n_slot, n_embd], sel_w → h [n_embd].
 __global__ void weighted_residual_kernel(const __grid_constant__ MoeParams p) {
   grid_dep_wait();
   grid_dep_release();
@@ -122,6 +129,7 @@ __global__ void weighted_residual_kernel(const __grid_constant__ MoeParams p) {
 
 // Routing on its own (the ablation of routing in the gate/up prologue): one block publishes
 // sel / sel_w for a gate/up launch without logits.
+// MoeParams: logits [n_expert + 1] → sel, sel_w [top_k + 1].
 __global__ void __launch_bounds__(kThreads) route_kernel(const __grid_constant__ MoeParams p) {
   __shared__ int sel[32];
   __shared__ float sel_w[32];

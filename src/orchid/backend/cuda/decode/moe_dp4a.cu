@@ -22,6 +22,8 @@ constexpr int kDownUnits = 16;    // 512 columns: a row per half warp, one unit 
 constexpr int kDownRows = 8;      // output rows per down block
 
 // PAIRS: most (slot, row) pairs per warp, their gate and up rows in registers beside x̂.
+// MoeParams, q4 gate / up in groups of 64, 2,048 columns; act rows act_stride apart. The grid's
+// warp w takes (slot, row) pairs [w · ppw, +ppw) of the launch's n_slot · n_ff.
 template <int PAIRS>
 __global__ void __launch_bounds__(kThreads, 2)
     gate_up_dp4a_kernel(const __grid_constant__ MoeParams p, int ppw, int act_stride) {
@@ -74,6 +76,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // Block: one warp per slot of the launch, kDownRows output rows; each half warp takes every
 // other row.
+// MoeParams, q4 down in groups of 64, 512 columns; act rows act_stride apart. Grid: a block
+// per kDownRows rows of h [n_embd]; dynamic shared memory: each slot's activation codes.
 __global__ void __launch_bounds__(32 * 32)
     down_dp4a_kernel(const __grid_constant__ MoeParams p, int act_stride) {
   constexpr DevFormat F = DevFormat::q4;

@@ -39,6 +39,7 @@ __device__ __forceinline__ void kv_write(const AttnParams& p, int h, int pos, fl
 }
 
 // Block per head (q heads first, then KV heads), blockDim = hd rounded up to 32.
+// AttnParams: qg's q normed and roped in place, K and V written to row *pos of kc / vc.
 __global__ void qk_norm_rope_kv_kernel(const __grid_constant__ AttnParams p) {
   grid_dep_wait();
   grid_dep_release();
@@ -63,6 +64,7 @@ __global__ void qk_norm_rope_kv_kernel(const __grid_constant__ AttnParams p) {
 }
 
 // ORCHID_FUSED_QK=0, step 1: q normed in place, k normed into p.k_work.
+// AttnParams; a block per head (q heads, then KV heads), as the fused kernel.
 __global__ void qk_norm_kernel(const __grid_constant__ AttnParams p) {
   grid_dep_wait();
   grid_dep_release();
@@ -79,6 +81,7 @@ __global__ void qk_norm_kernel(const __grid_constant__ AttnParams p) {
 }
 
 // Step 2: RoPE in place on the normed q and k.
+// AttnParams; a block per head (q heads, then KV heads), as the fused kernel.
 __global__ void qk_rope_kernel(const __grid_constant__ AttnParams p) {
   grid_dep_wait();
   grid_dep_release();
@@ -94,6 +97,7 @@ __global__ void qk_rope_kernel(const __grid_constant__ AttnParams p) {
 }
 
 // Step 3: block per KV head, K from p.k_work and V into the caches.
+// AttnParams: row *pos of kc / vc; n_head_kv blocks.
 __global__ void kv_write_kernel(const __grid_constant__ AttnParams p) {
   grid_dep_wait();
   grid_dep_release();

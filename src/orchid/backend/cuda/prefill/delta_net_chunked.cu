@@ -113,6 +113,9 @@ struct PrepSmem {
   float beta[kChunk], decay[kChunk], eg[kChunk];  // β_r, decay_r, e^γ_r
 };
 
+// GdnPrefillParams (reads conv_out, beta, decay) → tl's tiles of chunk c, value head j (w, pm,
+// u, gate [hv][n_chunks]; j % (hv / hk) == 0 also its key head's qk [hk][n_chunks]). Grid
+// (n_chunks, hv): a block per (chunk, value head); dynamic shared memory PrepSmem.
 __global__ void __launch_bounds__(kPrepThreads, 2)
     kernel_gdn_chunk_prep(const __grid_constant__ GdnPrefillParams p,
                           const __grid_constant__ ChunkTiles tl) {
@@ -374,6 +377,9 @@ __device__ __forceinline__ void put_s_frags(ScanSmem& sm, const float (&st)[2][2
   }
 }
 
+// GdnPrefillParams (S [hv, dk, dv] advanced, o [T, hv · dv] written) and the prep's tiles tl.
+// Grid (⌈dv / kScanCols⌉, hv): a block per (32 state columns, value head), walking the chunks
+// in order; dynamic shared memory ScanSmem.
 __global__ void __launch_bounds__(kScanThreads, 1)
     kernel_gdn_chunk_scan(const __grid_constant__ GdnPrefillParams p,
                           const __grid_constant__ ChunkTiles tl) {

@@ -26,6 +26,8 @@ __device__ __forceinline__ float conv_input(const GdnPrefillParams& p, int C, in
   return 0.f;
 }
 
+// GdnPrefillParams, C = conv_dim: conv_out [T, C] = silu(causal conv of qkv [T, C], the
+// ring's taps before pos0). Grid (⌈C / kConvThreads⌉, ⌈T / kConvRun⌉).
 __global__ void __launch_bounds__(kConvThreads)
     gdn_conv_kernel(const __grid_constant__ GdnPrefillParams p, int C) {
   const int ch = blockIdx.x * kConvThreads + threadIdx.x;
@@ -62,6 +64,7 @@ __global__ void __launch_bounds__(kConvThreads)
 
 // After the conv has read the old ring: the slots of the chunk's last min(T, K) positions take
 // their raw inputs. One thread per channel.
+// GdnPrefillParams, C = conv_dim: qkv [T, C] → conv_ring [C, K]. Grid ⌈C / kConvThreads⌉.
 __global__ void __launch_bounds__(kConvThreads)
     gdn_ring_kernel(const __grid_constant__ GdnPrefillParams p, int C) {
   const int ch = blockIdx.x * kConvThreads + threadIdx.x;
@@ -76,6 +79,8 @@ __global__ void __launch_bounds__(kConvThreads)
 // in place in conv_out; then one thread per value head writes β and the decay.
 constexpr int kNormThreads = 256;
 
+// GdnPrefillParams, C = conv_dim: conv_out [T, C]'s q and k heads normed in place; beta,
+// decay [T, hv]. Grid T.
 __global__ void __launch_bounds__(kNormThreads)
     gdn_norm_gate_kernel(const __grid_constant__ GdnPrefillParams p, int C) {
   const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -204,6 +209,9 @@ __device__ __forceinline__ float group_sum(const float (&x)[4]) {
   return b + __shfl_xor_sync(~0u, b, 1);
 }
 
+// GdnPrefillParams, C = conv_dim: S [hv, dk, dv] advanced, o [T, hv · dv] written. Grid (hv,
+// ⌈dv / kScanCols⌉): a block per (value head, 32 state columns); dynamic shared memory
+// kScanSmem.
 __global__ void __launch_bounds__(kScanThreads, 1)
     gdn_scan_kernel(const __grid_constant__ GdnPrefillParams p, int C) {
   extern __shared__ float4 scan_smem[];
@@ -320,6 +328,8 @@ __global__ void __launch_bounds__(kScanThreads, 1)
 // the head's dv ≤ 128 outputs (four a lane), and its remainder into out_lo when set.
 constexpr int kGatedThreads = 256;
 
+// GdnPrefillParams: o, z [T, hv · dv] → out / out_lo [T, hv · dv] fp16; a block per 8 rows
+// (token, value head).
 __global__ void __launch_bounds__(kGatedThreads)
     gdn_gated_norm_kernel(const __grid_constant__ GdnPrefillParams p) {
   const int row = blockIdx.x * (kGatedThreads / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;

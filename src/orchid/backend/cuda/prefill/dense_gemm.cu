@@ -42,6 +42,8 @@ struct GemmGroup {
 // of TileWork, its column tile one of product g.which(j)'s) computes rows [BM · i, +BM) × columns
 // [BN · j, +BN). Each W: [n, k] (fp16 rows of k / 8 units for TileB::f16). Scaled codes: A's
 // group sums in rows of 2 · sums_lo elements (g.p[0].a_sums).
+// GemmGroup of GemmParams; k = K (W's columns); sb_shift = log2(units per (scale, bias)
+// group); lo: A_lo's offset from A in elements (exact path); tma: A's maps, or off (cp.async).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     kernel_gemm(const __grid_constant__ GemmGroup g, int k, int sb_shift, int64_t lo, int sums_lo,
@@ -227,6 +229,7 @@ Status launch_fused(const GemmParams& p, int sb_shift, int64_t lo, cudaStream_t 
 }
 
 // One thread per 16-byte unit of w; out rows are cols fp16 (cols a multiple of 8).
+// out [w.rows, w.cols] fp16 bits = w dequantised; sb_shift as kernel_gemm's.
 template <TileB B>
 __global__ void kernel_dequant_f16(const __grid_constant__ DevMatrix w, uint16_t* out,
                                    int sb_shift) {

@@ -99,6 +99,8 @@ __device__ __forceinline__ void run_tiles(char* smem, int col_tiles, const Tiles
 
 // Tile `tile`, gate/up columns [64 · col, +64); B rows [0, 64) of the tile are gate rows, [64, 128)
 // the up rows of the same columns.
+// GateUpArgs; a block per (routing tile, column tile) (tile_grid), or the warp-specialised
+// tiles persistent over them (run_tiles).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     kernel_expert_gate_up(const __grid_constant__ GateUpArgs p) {
@@ -173,6 +175,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 }
 
 // Tile `tile`, output columns [128 · col, +128); A = the tile's act rows.
+// DownArgs; a block per (routing tile, column tile) (tile_grid), or the warp-specialised
+// tiles persistent over them (run_tiles).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     kernel_expert_down(const __grid_constant__ DownArgs p) {
@@ -228,6 +232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 }
 
 // h[t, i] += Σ_s slot_out[t, s, i] in slot order; one thread per 4 columns of a row.
+// slot_out [T, n_slot, n4], h [T, n4] float4s (n4 = n_embd / 4).
 __global__ void kernel_moe_combine(const float4* slot_out, int T, int n_slot, int n4, float4* h) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(T) * n4) return;

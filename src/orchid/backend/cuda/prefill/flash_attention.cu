@@ -21,6 +21,8 @@ namespace {
 // Block per (head, token): blockIdx.x < n_head a query head, else a KV head; blockIdx.y the
 // token. blockDim = hd rounded up to 32 and thread d owns dim d, as in the decode kernel
 // (decode/attention.cu), so block_sum adds in the same order and every rounding is the same.
+// AttnPrefillParams: qg's q normed and roped in place, K and V of token t written to row
+// pos0 + t of kc / vc.
 __global__ void kernel_qk_norm_rope_kv_prefill(const __grid_constant__ AttnPrefillParams p) {
   __shared__ float buf[kMaxHeadDim];
   __shared__ float scratch[32];
@@ -84,6 +86,9 @@ constexpr size_t flash_smem() {
 // Precision: K and V are the cache's bf16; q is rounded to bf16 for Q·Kᵀ (relative error ≤ 2⁻⁸
 // per element) and P = exp2(s · scale · log2e − m) to bf16 for P·V, while the row sum l adds the
 // fp32 P; every product accumulates in fp32 and the output is rounded to fp16.
+// AttnPrefillParams; HD = hd, G = n_head / n_head_kv. Grid (n_head_kv, ⌈T · G / kFlashRows⌉): a
+// block per kFlashRows GQA-packed query rows of one KV head (above); dynamic shared memory
+// flash_smem<HD>().
 template <int HD>
 __global__ void __launch_bounds__(kFlashWarps * 32, 2)
     kernel_flash_attention_prefill(const __grid_constant__ AttnPrefillParams p) {
@@ -261,6 +266,7 @@ __device__ __forceinline__ size_t score_row(const AttnPrefillParams& p, int t, i
 
 // Block per (token, head): warp w scores keys w, w + 8, …; lane ℓ takes dims ℓ, ℓ + 32, …. The
 // query stays fp32 (the flash kernel's bf16 rounding of q is not copied).
+// AttnPrefillParams; scores [n_head, T, pos0 + T] fp32 (score_row). Grid (T, n_head).
 __global__ void kernel_attn_scores_naive(const __grid_constant__ AttnPrefillParams p,
                                          float* scores) {
   __shared__ float sq[kMaxHeadDim];
@@ -281,6 +287,7 @@ __global__ void kernel_attn_scores_naive(const __grid_constant__ AttnPrefillPara
 }
 
 // Block per (token, head): the row's scores become its softmax P, in place.
+// AttnPrefillParams; scores as kernel_attn_scores_naive's. Grid (T, n_head).
 __global__ void kernel_attn_softmax_naive(const __grid_constant__ AttnPrefillParams p,
                                           float* scores) {
   __shared__ float scratch[32];
@@ -300,6 +307,7 @@ __global__ void kernel_attn_softmax_naive(const __grid_constant__ AttnPrefillPar
 }
 
 // Block per (token, head), thread per dim: out = Σ_j P_j · V_j ⊙ sigmoid(gate), fp16.
+// AttnPrefillParams; scores holds P. Grid (T, n_head), hd threads; writes out / out_lo.
 __global__ void kernel_attn_pv_naive(const __grid_constant__ AttnPrefillParams p,
                                      const float* scores) {
   const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x, hd = p.hd;

@@ -271,6 +271,9 @@ __device__ __forceinline__ void consume(const AttnPrefillParams& p, const CtaRow
   }
 }
 
+// AttnPrefillParams; HD = hd (64, 128, 256), G = n_head / n_head_kv. Grid (n_head_kv,
+// ⌈T · G / L::kRows⌉): a block per 128 GQA-packed query rows of one KV head (the design above);
+// dynamic shared memory L::kSmem. sm_90a code only.
 template <int HD>
 __global__ void __launch_bounds__(AttnWgmmaTile<HD>::kThreads, 1)
     kernel_flash_attention_prefill_wgmma(const __grid_constant__ AttnPrefillParams p) {

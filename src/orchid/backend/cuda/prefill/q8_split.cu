@@ -11,6 +11,7 @@ namespace orchid::cuda {
 namespace {
 
 // One thread per 4-byte word of q8 codes (4 elements): out rows 2n and 2n + 1 get 2 bytes each.
+// q.w [N, K] q8 codes → w_out [2N, K / 4] 16-bit words of q4 codes.
 __global__ void kernel_split_q8(const __grid_constant__ DevMatrix q, uint16_t* w_out) {
   const int64_t words = int64_t(q.rows) * q.units * 4;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -29,6 +30,7 @@ __global__ void kernel_split_q8(const __grid_constant__ DevMatrix q, uint16_t* w
 }
 
 // One thread per (row, group): (s, b) → (16 s, b) and (s, 0).
+// q.sb [N, K / group] → sb_out [2N, K / group] (scale, bias) bf16 pairs.
 __global__ void kernel_split_q8_sb(const __grid_constant__ DevMatrix q, uint32_t* sb_out) {
   const int groups = q.cols / q.group;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

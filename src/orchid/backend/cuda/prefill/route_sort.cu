@@ -11,6 +11,7 @@ namespace {
 constexpr int kTopKThreads = 128;
 
 // One block per token: route_block over the token's logits row; sel / sel_w [T, top_k + 1].
+// MoeRouting: logits [T, n_expert + 1] → sel, sel_w.
 __global__ void __launch_bounds__(kTopKThreads) kernel_topk(const __grid_constant__ MoeRouting r) {
   __shared__ int sel[32];
   __shared__ float w[32];
@@ -27,6 +28,7 @@ __global__ void __launch_bounds__(kTopKThreads) kernel_topk(const __grid_constan
 
 // counts[e] = pairs routed to stacked expert e (counts zeroed before; the shared expert's only when
 // it is stacked).
+// MoeRouting: sel [T, top_k + 1] → counts [n_expert + 1]; a thread per (token, slot) pair.
 __global__ void kernel_count(const __grid_constant__ MoeRouting r) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x, pairs = r.T * (r.top_k + 1);
   if (i < pairs && (r.shared_stacked || r.sel[i] != r.n_expert)) atomicAdd(r.counts + r.sel[i], 1);
@@ -36,6 +38,7 @@ constexpr int kScanThreads = 1024;
 
 // One block, a thread per stacked expert (n_expert + 1 ≤ 1024): exclusive scans of the counts
 // (→ offsets) and of the tiles per expert, then each thread writes its expert's tiles.
+// MoeRouting: counts → offsets [n_expert + 1], n_tiles, tile_expert / begin / end.
 __global__ void __launch_bounds__(kScanThreads)
     kernel_offsets_tiles(const __grid_constant__ MoeRouting r) {
   __shared__ int warp_tot[2][32];
@@ -70,6 +73,7 @@ constexpr int kSortThreads = 256;
 // One block per stacked expert: the tokens routed to it, in token order, at offsets[e] onward.
 // A token holds an expert in at most one slot (top-k ids are distinct; the shared expert is
 // n_expert).
+// MoeRouting: sel, sel_w [T, top_k + 1] → pair_token / pair_slot / pair_w [pairs].
 __global__ void __launch_bounds__(kSortThreads)
     kernel_compact(const __grid_constant__ MoeRouting r) {
   __shared__ int warp_n[kSortThreads / 32];

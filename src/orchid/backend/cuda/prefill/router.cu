@@ -13,6 +13,9 @@ namespace {
 constexpr int kTok = 64, kOut = 64, kK = 64, kThreads = 256;
 
 // Block: kTok tokens × kOut logits (rows of [router; shared_gate]); thread: 4 tokens × 4 rows.
+// logits [T, router.rows + 1] fp32 = x̂ · [router; shared_gate row 0]ᵀ, x̂ = RMSNorm of h
+// [T, n_embd] · norm [n_embd]; router, shared_gate [·, n_embd]. Grid (⌈T / kTok⌉,
+// ⌈(router.rows + 1) / kOut⌉).
 __global__ void __launch_bounds__(kThreads)
     kernel_router_f32(const float* h, const float* norm, float eps, int T, int n_embd,
                       const __grid_constant__ DevMatrix router,

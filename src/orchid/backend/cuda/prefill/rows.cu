@@ -10,6 +10,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// h [T, n_embd] fp32 = dequantised rows tokens[t] of m [n_vocab, n_embd]; a thread per column,
+// grid (⌈n_embd / 256⌉, T).
 __global__ void kernel_embed_rows(const __grid_constant__ DevMatrix m, const int* tokens, float* h,
                                   int n_embd) {
   const int64_t row = tokens[blockIdx.y];
@@ -20,6 +22,7 @@ __global__ void kernel_embed_rows(const __grid_constant__ DevMatrix m, const int
 
 // One block per row. With dot_out, also the row's fp32 x̂ · dot_w (dot_w's row 0) into
 // dot_out[row · dot_ld].
+// x [rows, n] fp32, w [n] → out [rows, n] fp16 bits (out_lo, may be null: the remainder).
 __global__ void __launch_bounds__(kThreads)
     kernel_rms_norm_rows_f16(const float* x, const float* w, float eps, int n, uint16_t* out,
                              uint16_t* out_lo, const __grid_constant__ DevMatrix dot_w,
@@ -42,6 +45,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // Thread per (token, column) of the shared expert kept apart: act = fp16(silu(gate) · up), gate
 // and up [T, n] each.
+// act, act_lo (may be null) [T, n] fp16 bits; n_all = T · n.
 __global__ void kernel_silu_mul_rows_f16(const float* gate, const float* up, int64_t n_all,
                                          uint16_t* act, uint16_t* act_lo) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -53,6 +57,8 @@ __global__ void kernel_silu_mul_rows_f16(const float* gate, const float* up, int
 // Eight threads a (row, group): each sums 8 of the group's 64 elements (hi + lo), the eight
 // reduce by shuffles; the first writes R_hi twice and R_lo, the others the zeros around them
 // (launch_group_sums' layout: row blocks hi and lo of `half` values each).
+// hi, lo (may be null) [rows, lda] fp16 bits, groups = k / 64 → sums [rows, 2 · half] fp16
+// bits; n_threads = rows · groups · 8.
 __global__ void kernel_group_sums(const uint16_t* hi, const uint16_t* lo, int64_t n_threads,
                                   int groups, int lda, int half, uint16_t* sums) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -90,6 +96,7 @@ __global__ void kernel_group_sums(const uint16_t* hi, const uint16_t* lo, int64_
 }
 
 // y[t, c] *= sigmoid(logit[t · ld]) (the shared expert's gate), y rows ldy apart.
+// y [T, ldy] fp32 (its first n columns), logit [T · ld]; a thread per (t, c).
 __global__ void kernel_scale_rows_sigmoid(float* y, int64_t ldy, int T, int n, const float* logit,
                                           int ld) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;

@@ -16,6 +16,8 @@ namespace {
 
 // *out = max over the words of max(8|s|, |b + 8s|) as float bits (non-negative floats order as
 // their bits do).
+// sb [n] (scale, bias) bf16 pairs, scale low; out: one word, zeroed before (atomicMax per
+// warp). Grid-stride.
 __global__ void kernel_code_magnitude(const uint32_t* sb, int64_t n, unsigned* out) {
   float m = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
