@@ -30,8 +30,9 @@ after(async () => {
 // Runs a CLI; resolves {code, stdout, stderr}.
 function run(bin, args, { cwd, env, timeoutMs = 120000 }) {
   return new Promise((resolve) => {
-    execFile(bin, args, { cwd, env: { ...process.env, ...env }, timeout: timeoutMs, maxBuffer: 16 << 20 },
+    const child = execFile(bin, args, { cwd, env: { ...process.env, ...env }, timeout: timeoutMs, maxBuffer: 16 << 20 },
       (error, stdout, stderr) => resolve({ code: error ? error.code ?? 1 : 0, stdout, stderr }));
+    child.stdin.end();  // no more input (Codex reads a piped stdin as more prompt)
   });
 }
 
@@ -57,4 +58,25 @@ test('Claude Code (Messages API) completes a one-tool task', async () => {
   assert.equal(fs.readFileSync(path.join(work, 'marker.txt'), 'utf8').trim(), MARKER);
   // Its second turn reused the first from the state cache.
   assert.ok(out.usage.cache_read_input_tokens > 1000, JSON.stringify(out.usage));
+});
+
+test('Codex CLI (Responses API) completes a one-tool task', async () => {
+  // Codex sends reasoning requests too: the replies close the template's "<think>\n" first.
+  const call = 'I will run it.\n</think>\n\n<tool_call>\n<function=exec_command>\n<parameter=cmd>\n' +
+    'echo $((6*7))-orchid | tee marker.txt\n</parameter>\n</function>\n</tool_call>';
+  const srv = await startServer({
+    modelDir, backend: 'scripted', ctx: 65536, apiKey: 'sk-codex-e2e',
+    script: { replies: [call], rules: [{ contains: MARKER, reply: `The command printed its marker.\n</think>\n\n${ANSWER}` }] },
+  });
+  const work = makeTempDir('orchid-codex-');
+  const provider = `model_providers.orchid={name="orchid",base_url="${srv.baseURL}",wire_api="responses",env_key="ORCHID_KEY"}`;
+  // The sandbox needs user namespaces a CI container may not have; the task runs in a temp dir.
+  const r = await run(path.join(REPO, 'node_modules/.bin/codex'),
+    ['exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', '-c', provider,
+      '-c', 'model_provider=orchid', '-m', 'orchid', 'Write the marker file'], {
+      cwd: work, env: { ORCHID_KEY: srv.apiKey, HOME: work },
+    });
+  assert.equal(r.code, 0, `exit ${r.code}\nstdout: ${r.stdout.slice(-2000)}\nstderr: ${r.stderr.slice(-2000)}\n${srv.describe()}`);
+  assert.equal(r.stdout.trim().split('\n').at(-1), ANSWER, r.stdout);
+  assert.equal(fs.readFileSync(path.join(work, 'marker.txt'), 'utf8').trim(), MARKER);
 });

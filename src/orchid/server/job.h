@@ -14,6 +14,7 @@
 #include "orchid/server/anthropic_response.h"
 #include "orchid/server/http_server.h"
 #include "orchid/server/openai_response.h"
+#include "orchid/server/responses_response.h"
 #include "orchid/tokenizer/output_parser.h"
 
 namespace orchid::server {
@@ -24,7 +25,7 @@ HttpResponse error_response(const ApiError& e);
 HttpResponse anthropic_error_response(const ApiError& e);
 
 // The API a request came in through: its answer's and its errors' shape.
-enum class Api { openai, anthropic };
+enum class Api { openai, anthropic, responses };
 
 struct Job {
   // Set by the handler before the job is queued; read-only afterwards.
@@ -35,6 +36,7 @@ struct Job {
   Api api = Api::openai;
   ResponseOptions response;    // the OpenAI answer; its `stream` says for every API
   MessagesOptions messages;    // the Anthropic answer
+  ResponsesOptions responses;  // the Responses API answer
   std::chrono::steady_clock::time_point arrived;
 
   // Set from the connection (client gone) or by shutdown; the engine stops at the next token.

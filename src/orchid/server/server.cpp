@@ -256,6 +256,7 @@ void Server::register_routes() {
   http_.route("POST", "/apply-template",
               [this](const HttpRequest& r) { return handle_apply_template(r); });
   http_.route("POST", "/v1/messages", [this](const HttpRequest& r) { return handle_messages(r); });
+  http_.route("POST", "/v1/responses", [this](const HttpRequest& r) { return handle_responses(r); });
   http_.route("POST", "/v1/messages/count_tokens",
               [this](const HttpRequest& r) { return handle_count_tokens(r); });
 }

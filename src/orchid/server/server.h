@@ -27,6 +27,7 @@
 #include "orchid/server/http_server.h"
 #include "orchid/server/metrics.h"
 #include "orchid/server/openai_request.h"
+#include "orchid/server/responses_response.h"
 #include "orchid/tokenizer/chat_template.h"
 #include "orchid/tokenizer/tokenizer.h"
 
@@ -100,6 +101,7 @@ class Server {
   HttpResponse handle_chat(const HttpRequest& req);
   HttpResponse handle_messages(const HttpRequest& req);  // server_anthropic.cpp
   HttpResponse handle_count_tokens(const HttpRequest& req) const;
+  HttpResponse handle_responses(const HttpRequest& req);  // server_responses.cpp
   HttpResponse handle_completion(const HttpRequest& req);
   HttpResponse handle_tokenize(const HttpRequest& req) const;
   HttpResponse handle_detokenize(const HttpRequest& req) const;
@@ -132,6 +134,7 @@ class Server {
   mutable std::mutex template_mu_;
 
   ServerMetrics metrics_;
+  ResponseStore responses_;  // stored Responses API conversations (previous_response_id)
   HttpServer http_;
   Scheduler scheduler_;
   std::thread load_thread_;

@@ -19,7 +19,15 @@ using Clock = std::chrono::steady_clock;
 
 // An error in the job's API: the frames that end its stream, or its whole answer.
 std::string stream_error(const Job& job, const ApiError& e) {
-  return job.api == Api::anthropic ? anthropic_stream_error(e) : ResponseWriter::stream_error(e);
+  switch (job.api) {
+    case Api::anthropic:
+      return anthropic_stream_error(e);
+    case Api::responses:
+      return responses_stream_error(e);
+    case Api::openai:
+      break;
+  }
+  return ResponseWriter::stream_error(e);
 }
 HttpResponse error_answer(const Job& job, const ApiError& e) {
   return job.api == Api::anthropic ? anthropic_error_response(e) : error_response(e);
@@ -262,6 +270,8 @@ void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
   std::unique_ptr<ReplyWriter> writer;
   if (job->api == Api::anthropic)
     writer = std::make_unique<MessagesWriter>(job->messages);
+  else if (job->api == Api::responses)
+    writer = std::make_unique<ResponsesWriter>(job->responses);
   else
     writer = std::make_unique<ResponseWriter>(job->response);
   ReplyWriter& out = *writer;
