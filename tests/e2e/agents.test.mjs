@@ -1,4 +1,5 @@
-// Real agent CLIs against `orchid serve`, non-interactively, on a one-tool task. The scripted
+// Real agent CLIs against `orchid serve`, non-interactively, on a one-tool task: Claude Code
+// (Messages API), Codex (Responses API) and Qwen Code (chat completions). The scripted
 // backend stands in for a model that calls tools: its fallback reply is a Bash call whose
 // output (42-orchid) differs from its text ($((6*7))-orchid), and a rule answers with that output
 // only once a prompt holds it — so a CLI that finishes with the answer ran the tool and sent
@@ -78,5 +79,27 @@ test('Codex CLI (Responses API) completes a one-tool task', async () => {
     });
   assert.equal(r.code, 0, `exit ${r.code}\nstdout: ${r.stdout.slice(-2000)}\nstderr: ${r.stderr.slice(-2000)}\n${srv.describe()}`);
   assert.equal(r.stdout.trim().split('\n').at(-1), ANSWER, r.stdout);
+  assert.equal(fs.readFileSync(path.join(work, 'marker.txt'), 'utf8').trim(), MARKER);
+});
+
+test('Qwen Code (chat completions) completes a one-tool task', async () => {
+  const call = 'I will run it.\n</think>\n\n<tool_call>\n<function=run_shell_command>\n<parameter=command>\n' +
+    'echo $((6*7))-orchid | tee marker.txt\n</parameter>\n</function>\n</tool_call>';
+  const srv = await startServer({
+    modelDir, backend: 'scripted', ctx: 65536, apiKey: 'sk-qwen-e2e',
+    script: { replies: [call], rules: [{ contains: MARKER, reply: `The command printed its marker.\n</think>\n\n${ANSWER}` }] },
+  });
+  const work = makeTempDir('orchid-qwen-');
+  // Qwen Code needs Node.js 22 or later: the `node` npm package's binary, first on PATH.
+  const bin = path.join(REPO, 'node_modules/.bin');
+  const r = await run(path.join(bin, 'qwen'), ['-p', 'Write the marker file', '--yolo'], {
+    cwd: work,
+    env: {
+      PATH: `${bin}:${process.env.PATH}`, HOME: work, QWEN_CODE_SUPPRESS_YOLO_WARNING: '1',
+      OPENAI_BASE_URL: srv.baseURL, OPENAI_API_KEY: srv.apiKey, OPENAI_MODEL: 'orchid',
+    },
+  });
+  assert.equal(r.code, 0, `exit ${r.code}\nstdout: ${r.stdout.slice(-2000)}\nstderr: ${r.stderr.slice(-2000)}\n${srv.describe()}`);
+  assert.equal(r.stdout.trim(), ANSWER, r.stdout);
   assert.equal(fs.readFileSync(path.join(work, 'marker.txt'), 'utf8').trim(), MARKER);
 });
