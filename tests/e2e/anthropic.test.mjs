@@ -8,20 +8,15 @@ import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 
 import {
-  REASONING_REPLY, TOOL_REPLY, makeModel, parseSse, postJson, startServer, stopAllServers,
+  REASONING_REPLY, TOOL_REPLY, WEATHER_TOOL as CHAT_WEATHER_TOOL, makeModel, parseSse, postJson, startServer,
+  stopAllServers,
 } from './helpers.mjs';
 
 const KEY = 'sk-ant-test-key';
 const USER = [{ role: 'user', content: 'What is the weather in Paris?' }];
-const WEATHER_TOOL = {
-  name: 'get_weather',
-  description: 'Weather forecast for a city',
-  input_schema: {
-    type: 'object',
-    properties: { city: { type: 'string' }, days: { type: 'integer' } },
-    required: ['city'],
-  },
-};
+// The chat tests' tool in Anthropic's form.
+const { name, description, parameters } = CHAT_WEATHER_TOOL.function;
+const WEATHER_TOOL = { name, description, input_schema: parameters };
 
 let reasoningSrv; // scripted: REASONING_REPLY
 let toolSrv; // scripted: TOOL_REPLY

@@ -5,19 +5,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  REASONING_REPLY, TOOL_REPLY, makeModel, postJson, startServer, stopAllServers,
+  REASONING_REPLY, TOOL_REPLY, WEATHER_TOOL as CHAT_WEATHER_TOOL, makeModel, postJson, startServer, stopAllServers,
 } from './helpers.mjs';
 
-const WEATHER_TOOL = {
-  type: 'function',
-  name: 'get_weather',
-  description: 'Weather forecast for a city',
-  parameters: {
-    type: 'object',
-    properties: { city: { type: 'string' }, days: { type: 'integer' } },
-    required: ['city'],
-  },
-};
+// The chat tests' tool in the Responses API's flat form.
+const WEATHER_TOOL = { type: 'function', ...CHAT_WEATHER_TOOL.function };
 
 let reasoningSrv; // scripted: REASONING_REPLY
 let toolSrv; // scripted: reasoning then TOOL_REPLY, or an answer once a tool output is in the prompt

@@ -9,14 +9,6 @@
 namespace orchid::server {
 namespace {
 
-std::string at(const std::string& param, size_t k) {
-  return param + "[" + std::to_string(k) + "]";
-}
-
-ApiError need_string(const std::string& param) {
-  return bad_request("'" + param + "' must be a string", param);
-}
-
 // A block's "type", checked to be a string.
 ApiExpected<std::string> block_type(const OJson& block, const std::string& p) {
   if (!block.is_object()) return wrong_type(p, "an object", block);
@@ -181,19 +173,9 @@ Err convert_tools(const OJson& tools, OJson& out) {
                              ": server tools are not supported; give client tools (name, "
                              "description, input_schema)",
                          p + ".type");
-    const OJson* name = field(t, "name");
-    if (!name || !name->is_string() || name->get<std::string>().empty())
-      return bad_request("'" + p + ".name' must be a non-empty string", p + ".name");
-    OJson fn = {{"name", *name}};
-    if (const OJson* d = field(t, "description")) {
-      if (!d->is_string()) return wrong_type(p + ".description", "a string", *d);
-      fn["description"] = *d;
-    }
-    const OJson* schema = field(t, "input_schema");
-    if (!schema || !schema->is_object())
-      return bad_request("'" + p + ".input_schema' must be an object", p + ".input_schema");
-    fn["parameters"] = *schema;
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+    auto fn = function_tool(t, p, "input_schema", /*schema_required=*/true);
+    if (!fn) return fn.error();
+    out.push_back(std::move(*fn));
   }
   return {};
 }

@@ -83,4 +83,32 @@ Err get_float(const OJson& obj, const char* key, std::optional<float>& out, doub
   return {};
 }
 
+std::string at(const std::string& param, size_t k) {
+  return param + "[" + std::to_string(k) + "]";
+}
+
+ApiError need_string(const std::string& param) {
+  return bad_request("'" + param + "' must be a string", param);
+}
+
+ApiExpected<OJson> function_tool(const OJson& t, const std::string& p, const char* schema_key,
+                                 bool schema_required) {
+  const OJson* name = field(t, "name");
+  if (!name || !name->is_string() || name->get<std::string>().empty())
+    return bad_request("'" + p + ".name' must be a non-empty string", p + ".name");
+  OJson fn = {{"name", *name}};
+  if (const OJson* d = field(t, "description")) {
+    if (!d->is_string()) return wrong_type(p + ".description", "a string", *d);
+    fn["description"] = *d;
+  }
+  const std::string sp = p + "." + schema_key;
+  if (const OJson* schema = field(t, schema_key)) {
+    if (!schema->is_object()) return wrong_type(sp, "an object", *schema);
+    fn["parameters"] = *schema;
+  } else if (schema_required) {
+    return bad_request("'" + sp + "' must be an object", sp);
+  }
+  return OJson{{"type", "function"}, {"function", std::move(fn)}};
+}
+
 }  // namespace orchid::server

@@ -27,6 +27,15 @@ const char* type_name(const OJson& v);
 ApiError wrong_type(const std::string& param, const char* expected, const OJson& got);
 // JSON nested past kMaxJsonDepth: refused before it is parsed (`param` "" for the whole body).
 ApiError too_deep(const std::string& param);
+// "param[k]": the name of an array element, for messages.
+std::string at(const std::string& param, size_t k);
+// 400: 'param' must be a string.
+ApiError need_string(const std::string& param);
+// A flat tool {name, description?, <schema_key>: object} (Anthropic: input_schema, required;
+// Responses: parameters, optional) as the chat path's {"type": "function", "function": {...}};
+// `p` names it in errors.
+ApiExpected<OJson> function_tool(const OJson& tool, const std::string& p, const char* schema_key,
+                                 bool schema_required);
 // The value of `key`, or nullptr when absent or null (both mean "not given").
 const OJson* field(const OJson& obj, const char* key);
 Err get_bool(const OJson& obj, const char* key, std::optional<bool>& out);

@@ -9,14 +9,6 @@
 namespace orchid::server {
 namespace {
 
-std::string at(const std::string& param, size_t k) {
-  return param + "[" + std::to_string(k) + "]";
-}
-
-ApiError need_string(const std::string& param) {
-  return bad_request("'" + param + "' must be a string", param);
-}
-
 // A message's content: a string, or input_text / output_text parts joined.
 ApiExpected<std::string> content_text(const OJson& content, const std::string& p) {
   if (content.is_string()) return content.get<std::string>();
@@ -131,19 +123,9 @@ Err convert_tools(const OJson& tools, OJson& out) {
     // Built-in tools (web_search, file_search, ...) and namespaces run elsewhere or nowhere here:
     // clients such as Codex send them with every request, so they are left out of the prompt.
     if (*type != "function") continue;
-    const OJson* name = field(t, "name");
-    if (!name || !name->is_string() || name->get<std::string>().empty())
-      return bad_request("'" + p + ".name' must be a non-empty string", p + ".name");
-    OJson fn = {{"name", *name}};
-    if (const OJson* d = field(t, "description")) {
-      if (!d->is_string()) return wrong_type(p + ".description", "a string", *d);
-      fn["description"] = *d;
-    }
-    if (const OJson* params = field(t, "parameters")) {
-      if (!params->is_object()) return wrong_type(p + ".parameters", "an object", *params);
-      fn["parameters"] = *params;
-    }
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+    auto fn = function_tool(t, p, "parameters", /*schema_required=*/false);
+    if (!fn) return fn.error();
+    out.push_back(std::move(*fn));
   }
   return {};
 }
