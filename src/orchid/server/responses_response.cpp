@@ -221,7 +221,7 @@ std::string ResponsesWriter::add(const ParserDelta& d, std::vector<TokenLogprob>
     }
     output_.push_back(call_item(id, c, "completed", true));
   }
-  return opts_.stream ? out : "";
+  return out;  // "" when not streaming: every event is written only then
 }
 
 std::string ResponsesWriter::finish(std::string_view finish_reason, const Usage& usage) {
@@ -242,8 +242,8 @@ std::string ResponsesWriter::finish(std::string_view finish_reason, const Usage&
   }
   const OJson response = response_object(incomplete ? "incomplete" : "completed");
   if (!opts_.stream) return dump(response);
-  return (opts_.stream ? out : "") +
-         event(incomplete ? "response.incomplete" : "response.completed", {{"response", response}});
+  return out + event(incomplete ? "response.incomplete" : "response.completed",
+                     {{"response", response}});
 }
 
 }  // namespace orchid::server
