@@ -46,9 +46,10 @@ void add_serve(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--api-key", o.api_key,
                   "require 'Authorization: Bearer KEY' on every endpoint but /health");
-  cmd->add_option("--ctx", o.ctx, "context length in tokens (prompt + reply)")
-      ->check(CLI::Range(int64_t(2), int64_t(1) << 22))
-      ->capture_default_str();
+  cmd->add_option("--ctx", o.ctx,
+                  "context length in tokens (prompt + reply); default: the model's limit (at "
+                  "most 262144) as far as memory holds it")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 22));
   cmd->add_option("--max-queue", o.max_queue, "requests that may wait for the model (then 503)")
       ->check(CLI::Range(size_t(1), size_t(1) << 20))
       ->capture_default_str();

@@ -1,13 +1,16 @@
 // The engine on the CUDA backend: decoding with the next token chosen on the device gives the
 // same greedy output as host-side sampling (ORCHID_DEVICE_DECODE=0), stops on stop ids, and
 // leaves the state cache exact (a follow-up turn reusing the cached prefix matches a fresh run).
+#include <algorithm>
 #include <cstdlib>
+#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cuda_test_util.h"
 #include "orchid/model/model.h"
 #include "orchid/runtime/engine.h"
+#include "orchid/runtime/token_constraint.h"
 
 namespace orchid {
 namespace {
@@ -66,6 +69,65 @@ TEST_F(CudaEngine, DeviceDecodingMatchesHostSampling) {
   EXPECT_EQ(dev.tokens, host.tokens);
   EXPECT_EQ(dev.tokens.size(), 24u);
   EXPECT_EQ(dev.result.finish_reason, "length");
+}
+
+// A constraint allowing a fresh random third of the vocabulary at each step (the same sets for
+// the same seed), for comparing masked picks on the device with masked sampling on the host.
+class RandomSubsets final : public TokenConstraint {
+ public:
+  RandomSubsets(int64_t n_vocab, uint64_t seed) : n_(n_vocab), seed_(seed) {}
+  const std::vector<uint32_t>* allowed(int64_t) override {
+    std::mt19937_64 rng(seed_ * 7919 + uint64_t(step_));
+    bits_.assign(size_t((n_ + 31) / 32), 0u);
+    for (int64_t i = 0; i < n_; ++i)
+      if (rng() % 3 == 0) bits_[size_t(i) >> 5] |= 1u << (i & 31);
+    bits_[0] |= 1u;  // never empty
+    return &bits_;
+  }
+  bool accept(int32_t id) override {
+    const bool ok = bits_[size_t(id) >> 5] >> (id & 31) & 1;
+    ++step_;
+    picks.push_back(ok);
+    return ok;
+  }
+  std::vector<bool> picks;
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+  int step_ = 0;
+  std::vector<uint32_t> bits_;
+};
+
+TEST_F(CudaEngine, MaskedPicksOnTheDeviceMatchTheHost) {
+  GenerateRequest req = req_;
+  req.constraint = std::make_shared<RandomSubsets>(backend_->n_vocab(), 5);
+  Engine e(*backend_, 1024, int64_t(64) << 20);
+  const Outcome dev = run(e, req);
+  req.constraint = std::make_shared<RandomSubsets>(backend_->n_vocab(), 5);
+  const Outcome host = host_run(req);
+  EXPECT_EQ(dev.tokens, host.tokens);
+  EXPECT_EQ(dev.tokens.size(), 24u);
+  // Sampling at temperature 1 on the device: every pick inside its step's set.
+  auto sub = std::make_shared<RandomSubsets>(backend_->n_vocab(), 11);
+  req.constraint = sub;
+  req.sampler.greedy = false;
+  req.sampler.temperature = 1.f;
+  req.sampler.seed = 3;
+  req.max_tokens = 64;
+  Engine e2(*backend_, 1024, int64_t(64) << 20);
+  const Outcome sampled = run(e2, req);
+  EXPECT_EQ(sampled.tokens.size(), 64u);
+  EXPECT_EQ(std::count(sub->picks.begin(), sub->picks.end(), true), 64);
+}
+
+// The server's default context: the model's limit when the GPU holds its state, and a state
+// of that size can be made.
+TEST_F(CudaEngine, DefaultContextFitsTheGpu) {
+  const int64_t ctx = backend_->max_context(262144);
+  EXPECT_EQ(ctx, 262144);  // the tiny model's state is small
+  auto st = backend_->new_state(ctx);
+  EXPECT_TRUE(st.ok()) << st.message();
 }
 
 TEST_F(CudaEngine, StopIdEndsDeviceDecoding) {

@@ -6,7 +6,7 @@ import http from 'node:http';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  REASONING_REPLY, checkErrorShape, makeModel, modelId, postJson, rawRequest, sendOversize, sleep,
+  REASONING_REPLY, WEATHER_TOOL, checkErrorShape, makeModel, modelId, postJson, rawRequest, sendOversize, sleep,
   startServer, stopAllServers,
 } from './helpers.mjs';
 
@@ -88,20 +88,30 @@ describe('400: wrong types and values', () => {
     'stream: "yes"': { model, messages: USER, stream: 'yes' },
     'stop: 5': { model, messages: USER, stop: 5 },
     'tools: "x"': { model, messages: USER, tools: 'x' },
-    'n: 2': { model, messages: USER, n: 2 },
-    'n: 5 streaming': { model, messages: USER, n: 5, stream: true },
+    'n: 17': { model, messages: USER, n: 17 },
+    'n: 0 streaming': { model, messages: USER, n: 0, stream: true },
+    'logit_bias: an id past the vocabulary': { model, messages: USER, logit_bias: { 99999999: 1 } },
+    'response_format: an unsupported schema keyword': {
+      model, messages: USER, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { not: {} } } },
+    },
+    'tool_choice: a function that is not among the tools': {
+      model, messages: USER, tools: [WEATHER_TOOL], tool_choice: { type: 'function', function: { name: 'nope' } },
+    },
   };
   for (const [name, body] of Object.entries(cases)) {
     test(name, async () => expectError(await postJson(srv, '/v1/chat/completions', body), 400, name));
   }
 
-  test('n: 1 is fine', async () => {
-    const r = await postJson(srv, '/v1/chat/completions', { model, messages: USER, n: 1 });
-    assert.equal(r.status, 200, r.text);
+  test('n: 1 and 3 are fine', async () => {
+    for (const n of [1, 3]) {
+      const r = await postJson(srv, '/v1/chat/completions', { model, messages: USER, n });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json.choices.length, n);
+    }
   });
 
-  test('/v1/completions: prompt missing, prompt: 5, n: 3', async () => {
-    for (const body of [{ model }, { model, prompt: 5 }, { model, prompt: 'hi', n: 3 }])
+  test('/v1/completions: prompt missing, prompt: 5, n: 30', async () => {
+    for (const body of [{ model }, { model, prompt: 5 }, { model, prompt: 'hi', n: 30 }])
       await expectError(await postJson(srv, '/v1/completions', body), 400, `completions ${JSON.stringify(body)}`);
   });
 

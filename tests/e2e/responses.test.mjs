@@ -140,7 +140,9 @@ test('bad bodies are 400s naming the field', async () => {
     [{ model, input: [{ role: 'user', content: [{ type: 'input_image' }] }] }, 'input[0].content[0].type'],
     [{ model, input: 'x', tools: [{ type: 'function', name: 'f', parameters: 3 }] }, 'tools[0].parameters'],
     [{ model, input: 'x', tool_choice: 'required' }, 'tool_choice'],
-    [{ model, input: 'x', text: { format: { type: 'json_object' } } }, 'text.format'],
+    [{ model, input: 'x', tool_choice: { type: 'function', name: 'nope' }, tools: [WEATHER_TOOL] }, 'tool_choice.name'],
+    [{ model, input: 'x', text: { format: { type: 'xml' } } }, 'text.format.type'],
+    [{ model, input: 'x', text: { format: { type: 'json_schema', schema: { type: 'string', format: 'email' } } } }, 'text.format.schema'],
     [{ model, input: [{ type: 'function_call', call_id: 'c', name: 'f', arguments: '[1]' }] }, 'input[0].arguments'],
   ];
   for (const [body, param] of cases) {

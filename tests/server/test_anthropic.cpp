@@ -136,7 +136,7 @@ TEST(AnthropicRequest, BadBodiesAre400sNamingTheField) {
        "tools[0].input_schema"},
       {{{"max_tokens", 8}, {"messages", user}, {"tools", OJson::array({{{"type", "bash_20250124"}, {"name", "bash"}}})}},
        "tools[0].type"},
-      {{{"max_tokens", 8}, {"messages", user}, {"tool_choice", {{"type", "any"}}}}, "tool_choice.type"},
+      {{{"max_tokens", 8}, {"messages", user}, {"tool_choice", {{"type", "any"}}}}, "tool_choice"},
       {{{"max_tokens", 8}, {"messages", user}, {"thinking", {{"type", "maybe"}}}}, "thinking.type"},
       {{{"max_tokens", 8}, {"messages", user}, {"stop_sequences", OJson::array({""})}}, "stop_sequences"},
       {{{"max_tokens", 8}, {"messages", user}, {"system", 3}}, "system"},

@@ -68,6 +68,39 @@ TEST(OpenAIRequest, ChatAllFields) {
   EXPECT_EQ(r->messages[2]["reasoning_content"], "thought");
 }
 
+TEST(OpenAIRequest, StructuredOutputAndForcedCalls) {
+  const std::string user = R"("messages":[{"role":"user","content":"hi"}])";
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"g"}}])";
+  auto r = parse_chat_request("{" + user + R"(,"response_format":{"type":"json_schema",
+    "json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"b":{},"a":{}}}}}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->output.kind, OutputConstraint::Kind::json_schema);
+  // The schema keeps its property order (the answer writes properties in it).
+  EXPECT_EQ(r->output.schema["properties"].begin().key(), "b");
+  r = parse_chat_request("{" + user + R"(,"response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->output.kind, OutputConstraint::Kind::json_object);
+  r = parse_chat_request("{" + user + R"(,"response_format":{"type":"text"}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->output.kind, OutputConstraint::Kind::none);
+  r = parse_chat_request("{" + user + "," + tools + R"(,"tool_choice":"required","parallel_tool_calls":false})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->output.kind, OutputConstraint::Kind::tool_call);
+  EXPECT_EQ(r->output.function, "");
+  EXPECT_FALSE(r->parallel_tool_calls);
+  // A forced call wins over a response format.
+  r = parse_chat_request("{" + user + "," + tools +
+                         R"(,"response_format":{"type":"json_object"},"tool_choice":{"type":"function","function":{"name":"g"}}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->output.kind, OutputConstraint::Kind::tool_call);
+  EXPECT_EQ(r->output.function, "g");
+  r = parse_chat_request("{" + user + R"(,"n":4,"logit_bias":{"11":-100,"3":2.5}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->sampling.n, 4);
+  EXPECT_EQ(r->sampling.logit_bias.size(), 2u);
+}
+
 TEST(OpenAIRequest, StopAsAString) {
   auto r = parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}],"stop":"END"})");
   ASSERT_TRUE(r.ok());
@@ -161,15 +194,29 @@ TEST(OpenAIRequest, WrongTypesAndValuesName400Params) {
       {"{" + user + R"(,"stop":["a",1]})", "stop"},
       {"{" + user + R"(,"tools":"x"})", "tools"},
       {"{" + user + R"(,"tools":[{"type":"function"}]})", "tools[0].function"},
+      // A forced call without tools, or of a function that is not among them.
       {"{" + user + R"(,"tool_choice":"required"})", "tool_choice"},
+      {"{" + user + R"(,"tool_choice":"always"})", "tool_choice"},
       {"{" + user + R"(,"tool_choice":{"type":"function","function":{"name":"f"}}})",
-       "tool_choice"},
-      {"{" + user + R"(,"n":2})", "n"},
-      {"{" + user + R"(,"n":5,"stream":true})", "n"},
+       "tool_choice.function.name"},
+      {"{" + user + R"(,"tools":[{"type":"function","function":{"name":"g"}}],)" +
+           R"("tool_choice":{"type":"function","function":{"name":"f"}}})",
+       "tool_choice.function.name"},
+      {"{" + user + R"(,"tool_choice":{"type":"function"}})", "tool_choice.function"},
+      {"{" + user + R"(,"parallel_tool_calls":"no"})", "parallel_tool_calls"},
+      {"{" + user + R"(,"n":0})", "n"},
+      {"{" + user + R"(,"n":17,"stream":true})", "n"},
       {"{" + user + R"(,"top_logprobs":2})", "top_logprobs"},
       {"{" + user + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
-      {"{" + user + R"(,"logit_bias":{"5":1}})", "logit_bias"},
-      {"{" + user + R"(,"response_format":{"type":"json_object"}})", "response_format"},
+      {"{" + user + R"(,"logit_bias":{"x":1}})", "logit_bias.x"},
+      {"{" + user + R"(,"logit_bias":{"5":101}})", "logit_bias.5"},
+      {"{" + user + R"(,"logit_bias":{"-5":1}})", "logit_bias.-5"},
+      {"{" + user + R"(,"logit_bias":[1]})", "logit_bias"},
+      {"{" + user + R"(,"response_format":{"type":"xml"}})", "response_format.type"},
+      {"{" + user + R"(,"response_format":{"type":"json_schema"}})", "response_format.json_schema"},
+      {"{" + user + R"(,"response_format":{"type":"json_schema","json_schema":{"schema":3}}})",
+       "response_format.json_schema.schema"},
+      {"{" + user + R"(,"response_format":"json"})", "response_format"},
       {"{" + user + R"(,"chat_template_kwargs":{"enable_thinking":"no"}})",
        "chat_template_kwargs.enable_thinking"},
       {"{" + user + R"(,"reasoning_effort":3})", "reasoning_effort"},
@@ -197,7 +244,13 @@ TEST(OpenAIRequest, Completion) {
   r = parse_completion_request(R"({"prompt":[1,2,3]})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
-  for (const char* bad : {R"({"model":"m"})", R"({"prompt":5})", R"({"prompt":"hi","n":3})",
+  r = parse_completion_request(R"({"prompt":"a","n":3,"logit_bias":{"7":-100}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->sampling.n, 3);
+  ASSERT_EQ(r->sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(r->sampling.logit_bias[0], (std::pair<int32_t, float>{7, -100.f}));
+  for (const char* bad : {R"({"model":"m"})", R"({"prompt":5})", R"({"prompt":"hi","n":30})",
+                          R"({"prompt":"hi","response_format":{"type":"json_object"}})",
                           R"({"prompt":["a","b"]})", R"({"prompt":[-1]})",
                           R"({"prompt":"a","echo":true})", R"({"prompt":"a","logprobs":true})",
                           R"({"prompt":"a","logprobs":6})", R"({"prompt":"a","best_of":2})"}) {

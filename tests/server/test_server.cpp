@@ -449,8 +449,11 @@ TEST_F(ServerTest, BadInputIs4xxAndTheServerKeepsServing) {
            R"({"messages":[{"role":"wizard","content":"hi"}]})",
            R"({"messages":[{"role":"user","content":5}]})",
            R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1.5})",
-           R"({"messages":[{"role":"user","content":"hi"}],"n":2})",
-           R"({"messages":[{"role":"user","content":"hi"}],"n":5,"stream":true})",
+           R"({"messages":[{"role":"user","content":"hi"}],"n":20})",
+           R"({"messages":[{"role":"user","content":"hi"}],"n":0,"stream":true})",
+           R"({"messages":[{"role":"user","content":"hi"}],"logit_bias":{"999999":5}})",
+           R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema",)"
+           R"("json_schema":{"name":"x","schema":{"type":"string","pattern":"a+"}}}})",
            std::string("{\"messages\":[{\"role\":\"user\",\"content\":\"ab\xff"
                        "cd\"}]}")})
     expect_error(port, post(port, "/v1/chat/completions", body, auth()), 400, body);
@@ -466,7 +469,7 @@ TEST_F(ServerTest, BadInputIs4xxAndTheServerKeepsServing) {
     expect_error(port, r, 400, "long prompt");
     EXPECT_EQ(OJson::parse(r->body)["error"]["code"], "context_length_exceeded");
   }
-  expect_error(port, post(port, "/v1/completions", R"({"prompt":"hi","n":3})", auth()), 400, "n 3");
+  expect_error(port, post(port, "/v1/completions", R"({"prompt":"hi","n":30})", auth()), 400, "n 30");
   expect_error(port, get(port, "/v1/nope", auth()), 404, "unknown path");
   expect_error(port, post(port, "/v1/nope", "{}", auth()), 404, "unknown POST path");
   expect_error(port, get(port, "/v1/chat/completions", auth()), 405, "GET on a POST route");

@@ -52,6 +52,9 @@ class Backend {
   virtual int64_t n_vocab() const = 0;
 
   virtual Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) = 0;
+  // The largest context, at most `limit` tokens, whose state this backend's memory holds
+  // beside what it needs to run (the server's default context).
+  virtual int64_t max_context(int64_t limit) const { return limit; }
   // Consumes `tokens` after state.n_past(), in chunks of at most `chunk` tokens (0: backend
   // default). logits receives [tokens.size(), n_vocab] (all) or [n_vocab] (last), fp32.
   // A token id outside the vocabulary or a state overflow is an error and changes nothing.
@@ -77,6 +80,15 @@ class Backend {
       BackendState& state, int32_t token, int max_new, const DeviceDecodeOptions& opts,
       const std::function<bool(int32_t)>& on_token) {
     return err(name(), " backend: no on-device decoding");
+  }
+  // One decode step with the pick on the device, for constrained decoding (the host must see
+  // each id before it can say which tokens may follow): feeds `token`, then picks the next id
+  // by opts' temperature and seed among the ids set in `allowed` (a bitset over the
+  // vocabulary, bit i of word i / 32; nullptr: all). opts.stop_ids are not looked at.
+  virtual Expected<int32_t> step_and_pick(BackendState& state, int32_t token,
+                                          const std::vector<uint32_t>* allowed,
+                                          const DeviceDecodeOptions& opts) {
+    return err(name(), " backend: no on-device picks");
   }
   // Speed runs: makes the state hold n tokens of synthetic context (random KV and recurrent
   // state) without computing them.

@@ -19,7 +19,8 @@ double since(Clock::time_point t) {
 }
 
 // Penalties on the logits before sampling. repetition (HF): divide positive / multiply
-// negative logits of every token seen; presence/frequency (OpenAI): subtract per output token.
+// negative logits of every token seen; presence/frequency (OpenAI): subtract per output token;
+// logit_bias (OpenAI): add per token.
 void apply_penalties(const GenerateRequest& req, std::span<const int32_t> output,
                      std::vector<float>& logits) {
   if (req.repetition_penalty != 1.f) {
@@ -37,6 +38,14 @@ void apply_penalties(const GenerateRequest& req, std::span<const int32_t> output
     for (auto [id, n] : counts)
       logits[size_t(id)] -= req.presence_penalty + req.frequency_penalty * float(n);
   }
+  for (auto [id, bias] : req.logit_bias)
+    if (id >= 0 && size_t(id) < logits.size()) logits[size_t(id)] += bias;
+}
+
+// The logits with every token outside `allowed` (a bitset) at -inf.
+void mask_logits(const std::vector<uint32_t>& allowed, std::vector<float>& logits) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!(allowed[i >> 5] >> (i & 31) & 1)) logits[i] = -INFINITY;
 }
 
 // log-softmax value of `id` and the k most likely ids with theirs, over the logits sampled
@@ -97,7 +106,8 @@ bool Engine::device_decodable(const GenerateRequest& req) const {
   if (!backend_.can_decode_on_device() || req.top_logprobs >= 0) return false;
   if (const char* v = std::getenv("ORCHID_DEVICE_DECODE"); v && std::string_view(v) == "0")
     return false;
-  if (req.repetition_penalty != 1.f || req.presence_penalty != 0.f || req.frequency_penalty != 0.f)
+  if (req.repetition_penalty != 1.f || req.presence_penalty != 0.f ||
+      req.frequency_penalty != 0.f || !req.logit_bias.empty())
     return false;
   const SamplerParams& s = req.sampler;
   return s.greedy || s.temperature <= 0.f || (s.top_k == 0 && s.top_p >= 1.f && s.min_p <= 0.f);
@@ -137,6 +147,42 @@ Status Engine::decode_on_device(const GenerateRequest& req, int32_t first, int p
   return {};
 }
 
+Status Engine::decode_constrained_on_device(
+    const GenerateRequest& req, int32_t first, int picks,
+    const std::function<bool(const TokenEvent&)>& on_token, GenerateResult& res,
+    std::vector<int32_t>& history) {
+  DeviceDecodeOptions opts;
+  const SamplerParams& s = req.sampler;
+  opts.temperature = s.greedy || s.temperature <= 0.f ? 0.f : s.temperature;
+  opts.seed = s.seed;
+  int32_t fed = first;
+  for (int k = 0; k < picks; ++k) {
+    if (cancel_requested(req.cancelled)) {
+      res.finish_reason = "cancelled";
+      return {};
+    }
+    auto id = backend_.step_and_pick(*state_, fed, req.constraint->allowed(picks - k), opts);
+    if (!id) return id.error();
+    if (std::find(req.stop_ids.begin(), req.stop_ids.end(), *id) != req.stop_ids.end()) {
+      res.finish_reason = "stop";
+      return {};
+    }
+    if (!req.constraint->accept(*id))
+      return err("constrained decoding: the device picked token ", *id, ", which the mask refuses");
+    history.push_back(*id);
+    ++res.completion_tokens;
+    TokenEvent ev;
+    ev.id = *id;
+    if (!on_token(ev)) {
+      res.finish_reason = "stop";
+      return {};
+    }
+    fed = *id;
+  }
+  // The last pick was shown but never fed: the state holds history minus it, as on the host.
+  return {};
+}
+
 Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
                                           const std::function<bool(const TokenEvent&)>& on_token) {
   GenerateResult res;
@@ -147,7 +193,7 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
   for (int32_t id : req.prompt)
     if (id < 0 || id >= backend_.n_vocab())
       return err("prompt token id ", id, " is outside the vocabulary");
-  std::vector<float> logits;
+  std::vector<float> logits, masked;
   auto t0 = Clock::now();
   const Status prefilled = prefill_prompt(req, logits, res);
   res.prefill_seconds = since(t0);
@@ -169,11 +215,20 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
       break;
     }
     apply_penalties(req, output, logits);
-    const int32_t id = sampler.sample(logits);
+    // Constrained: sampled from the masked logits; logprobs still describe the model's own.
+    const std::vector<uint32_t>* allowed =
+        req.constraint ? req.constraint->allowed(max_new - i) : nullptr;
+    if (allowed) {
+      masked = logits;
+      mask_logits(*allowed, masked);
+    }
+    const int32_t id = sampler.sample(allowed ? masked : logits);
     if (std::find(req.stop_ids.begin(), req.stop_ids.end(), id) != req.stop_ids.end()) {
       res.finish_reason = "stop";
       break;
     }
+    if (req.constraint && !req.constraint->accept(id))
+      return err("constrained sampling picked token ", id, ", which the mask refuses");
     output.push_back(id);
     history.push_back(id);
     ++res.completion_tokens;
@@ -182,6 +237,11 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
       break;
     }
     if (i + 1 == max_new) break;
+    if (on_device && req.constraint) {
+      // The host computes each mask from the last pick; the device applies it as it picks.
+      ORCHID_TRY(decode_constrained_on_device(req, id, max_new - i - 1, on_token, res, history));
+      break;
+    }
     if (on_device) {
       // The rest on the device: each pick feeds the next step there; the host only watches.
       ORCHID_TRY(decode_on_device(req, id, max_new - i - 1, on_token, res, history));

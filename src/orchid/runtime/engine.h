@@ -13,6 +13,7 @@
 #include "orchid/backend/backend.h"
 #include "orchid/runtime/sampler.h"
 #include "orchid/runtime/state_cache.h"
+#include "orchid/runtime/token_constraint.h"
 
 namespace orchid {
 
@@ -27,6 +28,11 @@ struct GenerateRequest {
   float repetition_penalty = 1.f;  // HF style: over prompt and output
   float presence_penalty = 0.f;    // OpenAI style: over output
   float frequency_penalty = 0.f;   // OpenAI style: over output
+  // OpenAI logit_bias: added to a token's logit before sampling (-100 bans it, 100 forces it).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Constrained sampling (structured output, forced tool calls): the engine picks only tokens
+  // it allows, and tells it each pick. Empty: none. Owned by this request alone.
+  std::shared_ptr<TokenConstraint> constraint;
   std::vector<int32_t> stop_ids;   // end of generation (not part of the output)
   int top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token (+ this many)
   // Asked before each prefill chunk (CPU: each layer) and each generated token; true ends the
@@ -69,6 +75,11 @@ class Engine {
   // (greedy or plain temperature sampling, no penalties, no logprobs; ORCHID_DEVICE_DECODE=0
   // turns it off).
   bool device_decodable(const GenerateRequest& req) const;
+  // Up to `picks` tokens after `first`, one step at a time with the constraint's mask applied
+  // by the device's pick; history (which ends with `first`) grows by each token fed.
+  Status decode_constrained_on_device(const GenerateRequest& req, int32_t first, int picks,
+                                      const std::function<bool(const TokenEvent&)>& on_token,
+                                      GenerateResult& res, std::vector<int32_t>& history);
   // Up to `picks` tokens after `first` on the device; history becomes what the state holds.
   Status decode_on_device(const GenerateRequest& req, int32_t first, int picks,
                           const std::function<bool(const TokenEvent&)>& on_token,

@@ -240,13 +240,21 @@ ApiExpected<ChatRequest> parse_messages_request(std::string_view body, bool coun
     const OJson* t = field(*c, "type");
     if (!t || !t->is_string()) return need_string("tool_choice.type");
     choice = t->get<std::string>();
-    if (choice == "any" || choice == "tool")
-      return bad_request("'tool_choice' \"" + choice +
-                             "\" (a forced tool call) is not supported yet; use \"auto\"",
-                         "tool_choice.type");
-    if (choice != "auto" && choice != "none")
+    if (choice != "auto" && choice != "none" && choice != "any" && choice != "tool")
       return bad_request("'tool_choice.type' must be \"auto\", \"any\", \"tool\" or \"none\"",
                          "tool_choice.type");
+    if (choice == "any") r.output = OutputConstraint{OutputConstraint::Kind::tool_call, {}, "", "tool_choice"};
+    if (choice == "tool") {
+      const OJson* name = field(*c, "name");
+      if (!name || !name->is_string() || name->get<std::string>().empty())
+        return bad_request("'tool_choice.name' must be a non-empty string", "tool_choice.name");
+      r.output = OutputConstraint{OutputConstraint::Kind::tool_call, {}, name->get<std::string>(),
+                                  "tool_choice.name"};
+    }
+    API_TRY(check_forced_call(r.output, tools));
+    std::optional<bool> single;
+    API_TRY(get_bool(*c, "disable_parallel_tool_use", single));
+    r.parallel_tool_calls = !single.value_or(false);
   }
   r.parse_tool_calls = !tools.empty() && choice != "none";
   r.tools = choice == "none" ? OJson::array() : std::move(tools);

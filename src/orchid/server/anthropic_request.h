@@ -8,9 +8,10 @@
 // arguments object). Tools {name, description, input_schema} become function tools. `thinking`
 // {"type": "enabled" | "adaptive"} turns the template's thinking on; absent or "disabled" leaves
 // it off, as Anthropic's API does; past turns keep their thinking blocks (the template's
-// preserve_thinking), so each turn's prompt extends the last one's. tool_choice "auto" and "none" are served; "any" and "tool"
-// (a forced call) are refused until constrained decoding enforces them. Images, documents and
-// server tools are refused: orchid serves text and client tools.
+// preserve_thinking), so each turn's prompt extends the last one's. tool_choice "auto", "none",
+// "any" and "tool" (a forced call, of the named tool; constrained decoding enforces it) with
+// disable_parallel_tool_use. Images, documents and server tools are refused: orchid serves text
+// and client tools.
 #pragma once
 
 #include <string_view>

@@ -217,9 +217,26 @@ struct HttpServer::Impl {
     return h + "\r\n";
   }
 
+  // The route of a path: its exact one, else the longest "PREFIX*" route it starts with
+  // (a non-empty rest).
+  std::map<std::string, Route>::const_iterator find_route(const std::string& path) const {
+    auto it = routes.find(path);
+    if (it != routes.end()) return it;
+    auto best = routes.end();
+    for (auto r = routes.begin(); r != routes.end(); ++r) {
+      const std::string& key = r->first;
+      if (!key.ends_with('*')) continue;
+      const std::string_view prefix(key.data(), key.size() - 1);
+      if (path.size() > prefix.size() && path.starts_with(prefix) &&
+          (best == routes.end() || key.size() > best->first.size()))
+        best = r;
+    }
+    return best;
+  }
+
   // What the server answers without a handler: unknown paths, other methods, OPTIONS.
   std::optional<HttpResponse> own_answer(const ParsedRequest& req, const Route** route) const {
-    auto it = routes.find(req.path);
+    auto it = find_route(req.path);
     if (it == routes.end()) {
       if (req.method == "OPTIONS" && req.path == "*") {
         HttpResponse r;
@@ -280,7 +297,10 @@ struct HttpServer::Impl {
   }
 
   void told(const ParsedRequest& req, int status) {
-    if (opts.on_answer) opts.on_answer(routes.count(req.path) ? req.path : "", status);
+    if (opts.on_answer) {
+      const auto it = find_route(req.path);
+      opts.on_answer(it != routes.end() ? it->first : std::string(), status);
+    }
   }
 
   // ----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // blocking and writes plain answers; handlers that may block (generation) run on a bounded
 // pool of worker threads, which also write streamed answers. A connection that is slow to send
 // its head or body holds no thread and is closed at its deadline; connections are bounded in
-// total and per client address. Routes are exact paths; bodies are read with a byte limit
+// total and per client address. Routes are exact paths or prefixes; bodies are read with a byte limit
 // (413 before they are read); handlers never throw past the server (500). HEAD is answered
 // for GET routes and OPTIONS for every route (with CORS when origins are configured). Streamed
 // bodies go out chunked to HTTP/1.1 clients, and until the connection closes to HTTP/1.0 ones.
@@ -84,7 +84,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Registers a handler for METHOD PATH (exact). Before bind(). Other methods on a
+  // Registers a handler for METHOD PATH: exact, or a prefix when PATH ends with '*' ("/v1/models/*"
+  // takes "/v1/models/x" and "/v1/models/a/b", not "/v1/models/"). Before bind(). Other methods on a
   // registered path answer 405. A quick handler (one that never blocks: health, metrics) runs
   // on the reactor thread, so it answers even when every worker is busy.
   enum class Runs { on_worker, quick };

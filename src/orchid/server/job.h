@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -33,6 +35,11 @@ struct Job {
   std::vector<std::string> stop;
   bool chat = true;
   OutputParserOptions parser;  // chat only
+  // Choices to generate (OpenAI n); each runs with its own seed (seed + index).
+  int n = 1;
+  // Constrained sampling: a fresh constraint for each choice (it is stateful); empty: none.
+  std::function<std::shared_ptr<TokenConstraint>()> make_constraint;
+  bool parallel_tool_calls = true;  // false: the answer ends after its first tool call
   Api api = Api::openai;
   ResponseOptions response;    // the OpenAI answer; its `stream` says for every API
   MessagesOptions messages;    // the Anthropic answer

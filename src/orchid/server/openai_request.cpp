@@ -13,25 +13,28 @@ namespace {
 
 // Fields orchid does not implement: refused unless given with their neutral value.
 Err refuse_unsupported(const OJson& body) {
-  if (const OJson* v = field(body, "n")) {
-    if (!(v->is_number_integer() && v->get<int64_t>() == 1) &&
-        !(v->is_number_float() && v->get<double>() == 1.0))
-      return bad_request("'n' must be 1: orchid generates one choice per request", "n");
-  }
   if (const OJson* v = field(body, "best_of")) {
     if (!(v->is_number() && v->get<double>() == 1.0))
       return bad_request("'best_of' must be 1: orchid generates one choice per request", "best_of");
   }
-  if (const OJson* v = field(body, "logit_bias")) {
-    if (!v->is_object()) return wrong_type("logit_bias", "an object", *v);
-    if (!v->empty()) return bad_request("'logit_bias' is not supported", "logit_bias");
-  }
-  if (const OJson* v = field(body, "response_format")) {
-    if (!v->is_object()) return wrong_type("response_format", "an object", *v);
-    auto t = v->find("type");
-    if (t == v->end() || !t->is_string() || *t != "text")
-      return bad_request("'response_format' other than {\"type\": \"text\"} is not supported",
-                         "response_format");
+  return {};
+}
+
+// logit_bias: {"token id": bias in [-100, 100]} (ids checked against the vocabulary later).
+Err parse_logit_bias(const OJson& body, SamplingOptions& s) {
+  const OJson* v = field(body, "logit_bias");
+  if (!v) return {};
+  if (!v->is_object()) return wrong_type("logit_bias", "an object", *v);
+  if (v->size() > 1024) return bad_request("'logit_bias' holds more than 1024 tokens", "logit_bias");
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string p = "logit_bias." + it.key();
+    const std::string& k = it.key();
+    if (k.empty() || k.size() > 10 || k.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(k) > std::numeric_limits<int32_t>::max())
+      return bad_request("'logit_bias' keys must be token ids", p);
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || std::fabs(it->get<double>()) > 100)
+      return bad_request("'" + p + "' must be a number in [-100, 100]", p);
+    s.logit_bias.emplace_back(int32_t(std::stoll(k)), it->get<float>());
   }
   return {};
 }
@@ -41,7 +44,11 @@ Err refuse_unsupported(const OJson& body) {
 Err parse_sampling(const OJson& body, bool chat, SamplingOptions& s, bool& stream,
                    bool& include_usage) {
   API_TRY(refuse_unsupported(body));
+  API_TRY(parse_logit_bias(body, s));
   std::optional<int64_t> i;
+  API_TRY(get_int(body, "n", i, 1, 16));
+  if (i) s.n = int(*i);
+  i.reset();
   const int64_t int_max = std::numeric_limits<int32_t>::max();
   API_TRY(get_int(body, "max_tokens", i, 1, int_max));
   if (i) s.max_tokens = int(*i);
@@ -307,19 +314,21 @@ ApiExpected<ChatRequest> parse_chat_request(std::string_view body) {
   API_TRY(parse_sampling(*j, /*chat=*/true, r.sampling, r.stream, r.include_usage));
   if (const OJson* m = field(*j, "model")) r.model = m->get<std::string>();
 
+  if (const OJson* rf = field(*j, "response_format")) {
+    auto f = parse_response_format(*rf);
+    if (!f) return f.error();
+    r.output = std::move(*f);
+  }
   std::string choice = "auto";
   if (const OJson* c = field(*j, "tool_choice")) {
-    if (!c->is_string())
-      return bad_request(
-          "'tool_choice' must be \"none\" or \"auto\": naming a function is not supported",
-          "tool_choice");
-    choice = c->get<std::string>();
-    if (choice == "required")
-      return bad_request("'tool_choice' \"required\" is not supported; use \"auto\"",
-                         "tool_choice");
-    if (choice != "none" && choice != "auto")
-      return bad_request("'tool_choice' must be \"none\" or \"auto\"", "tool_choice");
+    OutputConstraint forced;
+    API_TRY(parse_tool_choice(*c, /*responses_shape=*/false, choice, forced));
+    API_TRY(check_forced_call(forced, t.tools));
+    if (forced.kind != OutputConstraint::Kind::none) r.output = std::move(forced);
   }
+  std::optional<bool> parallel;
+  API_TRY(get_bool(*j, "parallel_tool_calls", parallel));
+  r.parallel_tool_calls = parallel.value_or(true);
   // tool_choice "none": the tools are left out of the prompt and calls are not parsed.
   r.parse_tool_calls = !t.tools.empty() && choice != "none";
   r.tools = choice == "none" ? OJson::array() : std::move(t.tools);
@@ -331,6 +340,9 @@ ApiExpected<CompletionRequest> parse_completion_request(std::string_view body) {
   if (!j) return j.error();
   CompletionRequest r;
   API_TRY(parse_sampling(*j, /*chat=*/false, r.sampling, r.stream, r.include_usage));
+  if (const OJson* rf = field(*j, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))
+    return bad_request("'response_format' is for /v1/chat/completions; completions take text only",
+                       "response_format");
   if (const OJson* m = field(*j, "model")) r.model = m->get<std::string>();
   if (const OJson* e = field(*j, "echo"); e && !(e->is_boolean() && !e->get<bool>()))
     return bad_request("'echo' is not supported", "echo");

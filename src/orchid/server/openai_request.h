@@ -3,9 +3,10 @@
 // vocabulary or the context length happen in the server).
 //
 // Validation is strict on what orchid would otherwise misread (wrong types, out-of-range
-// values, n > 1, features it does not implement such as image parts or tool_choice
-// "required") and lenient on the rest: unknown fields and fields without effect here
-// (user, metadata, store, parallel_tool_calls, service_tier, ...) are ignored, as vLLM does.
+// values, best_of > 1, features it does not implement such as image parts) and lenient on the
+// rest: unknown fields and fields without effect here (user, metadata, store, service_tier,
+// ...) are ignored, as vLLM does. response_format and a forced tool_choice become an
+// OutputConstraint; a schema the grammar compiler cannot enforce is refused by the server.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "orchid/server/api_error.h"
+#include "orchid/server/output_constraint.h"
 #include "orchid/tokenizer/chat_template.h"
 
 namespace orchid::server {
@@ -30,6 +32,8 @@ struct SamplingOptions {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;  // non-empty strings
   int top_logprobs = -1;          // -1: no logprobs; n >= 0: the chosen token + n alternatives
+  int n = 1;                      // choices to generate (OpenAI n), each with its own seed
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id → bias in [-100, 100]
 };
 
 struct ChatRequest {
@@ -37,6 +41,8 @@ struct ChatRequest {
   nlohmann::ordered_json messages;       // validated; "reasoning" copied to reasoning_content
   nlohmann::ordered_json tools;          // the OpenAI tool list; [] when none or tool_choice none
   bool parse_tool_calls = false;         // tools given and tool_choice is not "none"
+  OutputConstraint output;               // structured output or a forced tool call
+  bool parallel_tool_calls = true;       // false: the answer ends after its first tool call
   ChatTemplateOptions template_options;  // thinking switches and template kwargs
   SamplingOptions sampling;
   bool stream = false;

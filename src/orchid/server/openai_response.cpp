@@ -92,15 +92,15 @@ std::string make_response_id(std::string_view prefix) {
   return id;
 }
 
-ResponseWriter::ResponseWriter(ResponseOptions opts) : opts_(std::move(opts)) {}
+ResponseWriter::ResponseWriter(ResponseOptions opts) : opts_(std::move(opts)), choices_(1) {}
 
 std::string ResponseWriter::chunk(OJson delta_or_text, std::string_view finish_reason,
                                   const std::vector<TokenLogprob>& logprobs) {
   const bool chat = opts_.endpoint == Endpoint::chat;
-  OJson choice = {{"index", 0}};
+  OJson choice = {{"index", choices_.size() - 1}};
   choice[chat ? "delta" : "text"] = std::move(delta_or_text);
   if (opts_.logprobs && !logprobs.empty()) {
-    choice["logprobs"] = logprobs_object(opts_.endpoint, logprobs, text_bytes_);
+    choice["logprobs"] = logprobs_object(opts_.endpoint, logprobs, cur().text_bytes);
   } else {
     choice["logprobs"] = nullptr;
   }
@@ -121,11 +121,12 @@ std::string ResponseWriter::start() {
 
 std::string ResponseWriter::add(const ParserDelta& d, std::vector<TokenLogprob> logprobs) {
   const bool chat = opts_.endpoint == Endpoint::chat;
+  Choice& c = cur();
   if (!opts_.stream) {
-    content_ += d.content;
-    reasoning_ += d.reasoning;
-    tool_calls_.insert(tool_calls_.end(), d.tool_calls.begin(), d.tool_calls.end());
-    for (auto& t : logprobs) logprobs_.push_back(std::move(t));
+    c.content += d.content;
+    c.reasoning += d.reasoning;
+    c.tool_calls.insert(c.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+    for (auto& t : logprobs) c.logprobs.push_back(std::move(t));
     return "";
   }
   if (d.empty() && (logprobs.empty() || !opts_.logprobs)) return "";
@@ -139,63 +140,86 @@ std::string ResponseWriter::add(const ParserDelta& d, std::vector<TokenLogprob> 
     if (!d.content.empty()) delta["content"] = d.content;
     if (!d.tool_calls.empty()) {
       OJson calls = OJson::array();
-      for (const auto& c : d.tool_calls) {
-        calls.push_back(tool_call_object(c, int(tool_calls_.size()), true));
-        tool_calls_.push_back(c);
+      for (const auto& call : d.tool_calls) {
+        calls.push_back(tool_call_object(call, int(c.tool_calls.size()), true));
+        c.tool_calls.push_back(call);
       }
       delta["tool_calls"] = std::move(calls);
     }
     frame = chunk(std::move(delta), "", logprobs);
   } else {
     frame = chunk(OJson(d.content), "", logprobs);
-    for (const auto& t : logprobs) text_bytes_ += t.token.size();
+    for (const auto& t : logprobs) c.text_bytes += t.token.size();
   }
   return frame;
 }
 
 std::string ResponseWriter::finish(std::string_view finish_reason, const Usage& usage) {
   const bool chat = opts_.endpoint == Endpoint::chat;
+  if (choices_.size() == 1) {
+    usage_ = usage;
+  } else {
+    usage_.completion_tokens += usage.completion_tokens;
+  }
+  cur().finish_reason = finish_reason;
+  const bool last = int(choices_.size()) >= opts_.n;
   if (opts_.stream) {
     std::string out = chunk(chat ? OJson::object() : OJson(""), finish_reason, {});
+    if (!last) {
+      choices_.emplace_back();
+      return out + start();
+    }
     if (opts_.include_usage) {
       OJson j = {{"id", opts_.id},
                  {"object", chat ? "chat.completion.chunk" : "text_completion"},
                  {"created", opts_.created},
                  {"model", opts_.model},
                  {"choices", OJson::array()},
-                 {"usage", usage_object(usage)}};
+                 {"usage", usage_object(usage_)}};
       out += sse_frame(dump(j));
     }
     out += kSseDone;
     return out;
   }
-  OJson choice = {{"index", 0}};
-  if (chat) {
-    OJson message = {{"role", "assistant"}};
-    message["content"] = content_.empty() && !tool_calls_.empty() ? OJson() : OJson(content_);
-    if (!reasoning_.empty()) {
-      message["reasoning_content"] = reasoning_;
-      message["reasoning"] = reasoning_;
-    }
-    if (!tool_calls_.empty()) {
-      OJson calls = OJson::array();
-      for (size_t i = 0; i < tool_calls_.size(); ++i)
-        calls.push_back(tool_call_object(tool_calls_[i], int(i), false));
-      message["tool_calls"] = std::move(calls);
-    }
-    choice["message"] = std::move(message);
-  } else {
-    choice["text"] = content_;
+  if (!last) {
+    choices_.emplace_back();
+    return "";
   }
-  choice["logprobs"] = opts_.logprobs ? logprobs_object(opts_.endpoint, logprobs_, 0) : OJson();
-  choice["finish_reason"] = finish_reason;
+  OJson all = OJson::array();
+  for (size_t i = 0; i < choices_.size(); ++i) all.push_back(choice_object(i));
   OJson j = {{"id", opts_.id},
              {"object", chat ? "chat.completion" : "text_completion"},
              {"created", opts_.created},
              {"model", opts_.model},
-             {"choices", OJson::array({std::move(choice)})},
-             {"usage", usage_object(usage)}};
+             {"choices", std::move(all)},
+             {"usage", usage_object(usage_)}};
   return dump(j);
+}
+
+OJson ResponseWriter::choice_object(size_t index) const {
+  const bool chat = opts_.endpoint == Endpoint::chat;
+  const Choice& c = choices_[index];
+  OJson choice = {{"index", index}};
+  if (chat) {
+    OJson message = {{"role", "assistant"}};
+    message["content"] = c.content.empty() && !c.tool_calls.empty() ? OJson() : OJson(c.content);
+    if (!c.reasoning.empty()) {
+      message["reasoning_content"] = c.reasoning;
+      message["reasoning"] = c.reasoning;
+    }
+    if (!c.tool_calls.empty()) {
+      OJson calls = OJson::array();
+      for (size_t i = 0; i < c.tool_calls.size(); ++i)
+        calls.push_back(tool_call_object(c.tool_calls[i], int(i), false));
+      message["tool_calls"] = std::move(calls);
+    }
+    choice["message"] = std::move(message);
+  } else {
+    choice["text"] = c.content;
+  }
+  choice["logprobs"] = opts_.logprobs ? logprobs_object(opts_.endpoint, c.logprobs, 0) : OJson();
+  choice["finish_reason"] = c.finish_reason;
+  return choice;
 }
 
 std::string ResponseWriter::stream_error(const ApiError& e) {

@@ -170,11 +170,14 @@ ApiExpected<ResponsesRequest> parse_responses_request(std::string_view body) {
   if (const OJson* t = field(*j, "tools")) API_TRY(convert_tools(*t, tools));
   std::string choice = "auto";
   if (const OJson* t = field(*j, "tool_choice")) {
-    if (!t->is_string() || (*t != "auto" && *t != "none"))
-      return bad_request("'tool_choice' must be \"auto\" or \"none\": a forced call is not supported yet",
-                         "tool_choice");
-    choice = t->get<std::string>();
+    OutputConstraint forced;
+    API_TRY(parse_tool_choice(*t, /*responses_shape=*/true, choice, forced));
+    API_TRY(check_forced_call(forced, tools));
+    if (forced.kind != OutputConstraint::Kind::none) c.output = std::move(forced);
   }
+  std::optional<bool> parallel;
+  API_TRY(get_bool(*j, "parallel_tool_calls", parallel));
+  c.parallel_tool_calls = parallel.value_or(true);
   c.parse_tool_calls = !tools.empty() && choice != "none";
   c.tools = choice == "none" ? OJson::array() : std::move(tools);
 
@@ -189,10 +192,10 @@ ApiExpected<ResponsesRequest> parse_responses_request(std::string_view body) {
   if (const OJson* t = field(*j, "text")) {
     if (!t->is_object()) return wrong_type("text", "an object", *t);
     if (const OJson* f = field(*t, "format")) {
-      const OJson* type = f->is_object() ? field(*f, "type") : nullptr;
-      if (!type || *type != "text")
-        return bad_request("'text.format' other than {\"type\": \"text\"} is not supported yet",
-                           "text.format");
+      auto fmt = parse_text_format(*f);
+      if (!fmt) return fmt.error();
+      // A forced tool call wins: its grammar leaves no room for a formatted text answer.
+      if (c.output.kind == OutputConstraint::Kind::none) c.output = std::move(*fmt);
     }
   }
 

@@ -7,12 +7,13 @@
 // (an assistant tool call; consecutive calls join one assistant turn), function_call_output (a
 // tool message), reasoning (its summary or content text becomes the next assistant turn's
 // reasoning). Function tools {type: "function", name, description, parameters}; tool_choice
-// "auto" / "none" (a forced call is refused until constrained decoding enforces it); tools of
-// other types (built-in, namespaces) are left out of the prompt, since clients send them always.
+// "auto" / "none" / "required" / {type: "function", name} (forced calls enforced by constrained
+// decoding), parallel_tool_calls; text.format json_object / json_schema (structured output);
+// tools of other types (built-in, namespaces) are left out of the prompt, since clients send
+// them always.
 // reasoning.effort "none" turns the template's thinking off; otherwise the template's default
 // (on). Past turns keep their reasoning (preserve_thinking), so a follow-up's prompt extends the
-// previous one and the state cache serves it. Refused: images, files, json text formats (until
-// constrained decoding), item references.
+// previous one and the state cache serves it. Refused: images, files, item references.
 #pragma once
 
 #include <optional>

@@ -127,7 +127,7 @@ Expected<std::unique_ptr<Server>> Server::create(ServerOptions opts) {
   } else {
     return err("unknown backend '", opts.backend, "' (auto, cpu, cuda or scripted)");
   }
-  if (opts.ctx < 2) return err("--ctx must be at least 2");
+  if (opts.ctx != 0 && opts.ctx < 2) return err("--ctx must be at least 2");
   return std::unique_ptr<Server>(new Server(std::move(opts)));
 }
 
@@ -184,7 +184,18 @@ Status Server::load() {
   if (backend_->n_vocab() < assets->tokenizer.vocab_size())
     return err(dir, ": the model's vocabulary (", backend_->n_vocab(),
                " ids) is smaller than the tokenizer's (", assets->tokenizer.vocab_size(), ")");
+  if (opts_.ctx <= 0) {
+    // The model's own limit (a scripted backend has none: the family's), as far as memory goes.
+    constexpr int64_t kFamilyLimit = 262144;
+    int64_t limit = kFamilyLimit;
+    if (model_ && model_->config.max_position_embeddings > 0)
+      limit = std::min(limit, model_->config.max_position_embeddings);
+    opts_.ctx = backend_->max_context(limit);
+    std::fprintf(stderr, "orchid: context %lld tokens (%s)\n", (long long)opts_.ctx,
+                 opts_.ctx == limit ? "the model's limit" : "as much as memory holds; --ctx sets it");
+  }
   tok_ = std::move(assets->tokenizer);
+  vocab_ = std::make_unique<grammar::TokenVocab>(*tok_, backend_->n_vocab());
   template_ = std::move(assets->chat_template);
   gen_ = std::move(assets->generation);
   engine_ = std::make_unique<Engine>(*backend_, opts_.ctx, opts_.state_cache_bytes);
@@ -246,6 +257,7 @@ void Server::register_routes() {
   const auto quick = HttpServer::Runs::quick;
   http_.route("GET", "/health", [this](const HttpRequest&) { return handle_health(); }, quick);
   http_.route("GET", "/v1/models", [this](const HttpRequest&) { return handle_models(); }, quick);
+  http_.route("GET", "/v1/models/*", [this](const HttpRequest& r) { return handle_model(r); }, quick);
   http_.route("GET", "/metrics", [this](const HttpRequest&) { return handle_metrics(); }, quick);
   http_.route("POST", "/v1/chat/completions",
               [this](const HttpRequest& r) { return handle_chat(r); });
@@ -324,13 +336,39 @@ HttpResponse Server::handle_health() const {
   return json_response(200, {{"status", "ok"}});
 }
 
+OJson Server::model_object() const {
+  return {{"id", model_name_},
+          {"object", "model"},
+          {"created", created_},
+          {"owned_by", "orchid"},
+          {"max_model_len", opts_.ctx}};
+}
+
 HttpResponse Server::handle_models() const {
-  OJson m = {{"id", model_name_},
-             {"object", "model"},
-             {"created", created_},
-             {"owned_by", "orchid"},
-             {"max_model_len", opts_.ctx}};
-  return json_response(200, {{"object", "list"}, {"data", OJson::array({m})}});
+  return json_response(200, {{"object", "list"}, {"data", OJson::array({model_object()})}});
+}
+
+HttpResponse Server::handle_model(const HttpRequest& req) const {
+  // The id after "/v1/models/", percent-decoded (ids such as "Qwen/Qwen3.6-35B-A3B" hold '/').
+  const std::string_view raw = std::string_view(req.path).substr(std::string_view("/v1/models/").size());
+  std::string id;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const auto hex = [](char c) {
+      return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    };
+    if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+      id += char(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+      i += 2;
+    } else {
+      id += raw[i];
+    }
+  }
+  if (id != model_name_)
+    return error_response(ApiError{404, "invalid_request_error",
+                                   "The model '" + id + "' does not exist; this server serves '" +
+                                       model_name_ + "'",
+                                   "model", "model_not_found"});
+  return json_response(200, model_object());
 }
 
 HttpResponse Server::handle_metrics() const {
@@ -400,6 +438,7 @@ GenerateRequest Server::make_generate_request(std::vector<int32_t> prompt,
   r.frequency_penalty = s.frequency_penalty.value_or(0.f);
   r.stop_ids = stop_ids_;
   r.top_logprobs = s.top_logprobs;
+  r.logit_bias = s.logit_bias;
   return r;
 }
 

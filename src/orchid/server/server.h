@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "orchid/backend/backend.h"
+#include "orchid/grammar/token_vocab.h"
 #include "orchid/model/model.h"
 #include "orchid/runtime/engine.h"
 #include "orchid/runtime/generation_config.h"
@@ -38,7 +39,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;        // 0: any free port (start() returns it)
   std::string api_key;    // non-empty: every endpoint but /health needs "Authorization: Bearer KEY"
-  int64_t ctx = 8192;     // most tokens (prompt + reply) a request may hold
+  // Most tokens (prompt + reply) a request may hold; 0: the largest the backend's memory holds,
+  // up to the model's max_position_embeddings (at most 262,144), chosen at load.
+  int64_t ctx = 0;
   size_t max_queue = 16;  // requests waiting behind the running one
   size_t max_body_bytes = 8 << 20;  // larger bodies: 413
   int64_t state_cache_bytes = int64_t(1024) << 20;
@@ -92,11 +95,15 @@ class Server {
   Expected<std::string> render(const nlohmann::ordered_json& messages,
                                const nlohmann::ordered_json& tools,
                                const ChatTemplateOptions& opts) const;
+  // logit_bias ids inside the model's vocabulary.
+  std::optional<ApiError> check_logit_bias(const SamplingOptions& s) const;
   GenerateRequest make_generate_request(std::vector<int32_t> prompt,
                                         const SamplingOptions& s) const;
 
   HttpResponse handle_health() const;
+  nlohmann::ordered_json model_object() const;  // the served model, as /v1/models lists it
   HttpResponse handle_models() const;
+  HttpResponse handle_model(const HttpRequest& req) const;  // GET /v1/models/{id}
   HttpResponse handle_metrics() const;
   HttpResponse handle_chat(const HttpRequest& req);
   HttpResponse handle_messages(const HttpRequest& req);  // server_anthropic.cpp
@@ -114,6 +121,14 @@ class Server {
   // Generation (server_generate.cpp): queue the job, then stream or wait for its answer.
   HttpResponse submit(std::shared_ptr<Job> job, const HttpRequest& req);
   void run_job(const std::shared_ptr<Job>& job, bool cancelled);
+  // One choice of a job (job.request holds its seed and constraint): generation → detokenizer
+  // → stop strings → parser → `out`, frames through `emit`; how it ended, or the error.
+  struct ChoiceEnd {
+    std::string reason;  // OpenAI's words
+    Usage usage;
+  };
+  ApiExpected<ChoiceEnd> run_choice(Job& job, ReplyWriter& out,
+                                    const std::function<void(std::string)>& emit);
   void pump(Job& job, const ChunkWriter& write, const std::function<bool()>& connected);
   void release(const std::shared_ptr<Job>& job);
 
@@ -130,6 +145,7 @@ class Server {
   std::optional<ChatTemplate> template_;
   GenerationConfig gen_;
   std::vector<int32_t> stop_ids_;
+  std::unique_ptr<grammar::TokenVocab> vocab_;  // for constrained sampling
   std::unique_ptr<Engine> engine_;  // used only on the scheduler's thread
   mutable std::mutex template_mu_;
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "orchid/grammar/grammar_constraint.h"
 #include "orchid/server/job.h"
 #include "orchid/server/server.h"
 #include "orchid/server/stop_strings.h"
@@ -74,6 +75,14 @@ ApiError context_error(int64_t prompt_tokens, int64_t ctx, const char* param) {
 
 }  // namespace
 
+Err Server::check_logit_bias(const SamplingOptions& s) const {
+  for (const auto& [id, bias] : s.logit_bias)
+    if (id >= backend_->n_vocab())
+      return bad_request("logit_bias token id " + std::to_string(id) + " is outside the vocabulary",
+                         "logit_bias");
+  return {};
+}
+
 ApiExpected<std::shared_ptr<Job>> Server::chat_job(const ChatRequest& c,
                                                    Clock::time_point arrived) {
   // The prompt, and where its generation prompt begins: the engine keeps a snapshot there,
@@ -104,6 +113,19 @@ ApiExpected<std::shared_ptr<Job>> Server::chat_job(const ChatRequest& c,
   job->parser.tools = nlohmann::json(c.tools);
   job->parser.parse_tool_calls = c.parse_tool_calls;
   job->response.stream = c.stream;
+  job->n = c.sampling.n;
+  job->parallel_tool_calls = c.parallel_tool_calls;
+  API_TRY(check_logit_bias(c.sampling));
+  if (c.output.kind != OutputConstraint::Kind::none) {
+    auto g = output_grammar(c.output, c.tools, c.parallel_tool_calls);
+    if (!g) return bad_request(g.message(), c.output.param);
+    // After the reasoning block when the prompt opens one: the grammar is the answer's.
+    job->make_constraint = [this, grammar = std::make_shared<const grammar::Grammar>(std::move(*g)),
+                            stops = job->request.stop_ids,
+                            marker = std::string(job->parser.thinking ? "</think>" : "")] {
+      return std::make_shared<grammar::GrammarConstraint>(*tok_, *vocab_, grammar, stops, marker);
+    };
+  }
   return job;
 }
 
@@ -122,7 +144,8 @@ HttpResponse Server::handle_chat(const HttpRequest& http) {
                                   model_name_,
                                   c.stream,
                                   c.include_usage,
-                                  c.sampling.top_logprobs >= 0};
+                                  c.sampling.top_logprobs >= 0,
+                                  c.sampling.n};
   return submit(std::move(job), http);
 }
 
@@ -149,15 +172,18 @@ HttpResponse Server::handle_completion(const HttpRequest& http) {
   auto job = std::make_shared<Job>();
   job->arrived = arrived;
   job->chat = false;
+  if (auto e = check_logit_bias(c.sampling)) return error_response(*e);
   job->request = make_generate_request(std::move(prompt), c.sampling);
   job->stop = c.sampling.stop;
+  job->n = c.sampling.n;
   job->response = ResponseOptions{Endpoint::completion,
                                   make_response_id("cmpl-"),
                                   int64_t(std::time(nullptr)),
                                   model_name_,
                                   c.stream,
                                   c.include_usage,
-                                  c.sampling.top_logprobs >= 0};
+                                  c.sampling.top_logprobs >= 0,
+                                  c.sampling.n};
   return submit(std::move(job), http);
 }
 
@@ -266,6 +292,99 @@ void Server::pump(Job& job, const ChunkWriter& write, const std::function<bool()
 // ---------------------------------------------------------------------------------------------
 // The job itself, on the scheduler's thread.
 
+ApiExpected<Server::ChoiceEnd> Server::run_choice(Job& job, ReplyWriter& out,
+                                                  const std::function<void(std::string)>& emit) {
+  StreamingDetokenizer detok(*tok_, /*skip_special=*/true);
+  StopMatcher stops(job.stop);
+  std::optional<OutputParser> parser;
+  if (job.chat) parser.emplace(job.parser);
+  std::vector<TokenLogprob> logprobs;  // of the tokens since the last emitted piece
+  Status failure;
+  Clock::time_point last;
+  bool first = true;
+  const int calls_before = out.tool_call_count();
+
+  // Text after the detokenizer → stop strings → parser → writer; true once a stop string hit.
+  auto feed = [&](std::string_view text) {
+    StopMatcher::Result r = stops.push(text);
+    ParserDelta d;
+    if (parser)
+      d = parser->push(r.text);
+    else
+      d.content = std::move(r.text);
+    if (!d.empty() || !logprobs.empty()) emit(out.add(d, std::exchange(logprobs, {})));
+    if (r.stopped) out.stopped_by(stops.matched());
+    return r.stopped;
+  };
+  auto on_token = [&](const TokenEvent& ev) {
+    if (job.cancelled.load(std::memory_order_relaxed)) return false;
+    const auto now = Clock::now();
+    if (first)
+      metrics_.time_to_first_token.observe(seconds(now - job.arrived));
+    else
+      metrics_.inter_token_latency.observe(seconds(now - last));
+    first = false;
+    last = now;
+    if (job.request.top_logprobs >= 0) {
+      TokenLogprob lp;
+      lp.token = std::string(tok_->token_bytes(ev.id).value_or(""));
+      lp.logprob = ev.logprob;
+      for (const auto& [id, l] : ev.top) lp.top.emplace_back(tok_->token_bytes(id).value_or(""), l);
+      logprobs.push_back(std::move(lp));
+    }
+    auto text = detok.push(ev.id);
+    if (!text) {
+      failure = text.error();
+      return false;
+    }
+    if (feed(*text)) return false;
+    // parallel_tool_calls false: the answer ends with its first call.
+    return job.parallel_tool_calls || out.tool_call_count() == calls_before;
+  };
+
+  auto res = engine_->generate(job.request, on_token);
+  const StateCache& cache = engine_->cache();
+  metrics_.cache_hits = cache.hits();
+  metrics_.cache_misses = cache.misses();
+  metrics_.cache_bytes = cache.bytes();
+  metrics_.cache_entries = int64_t(cache.size());
+  if (!res) return ApiError{500, "server_error", res.message(), "", ""};
+  if (!failure.ok()) return ApiError{500, "server_error", failure.message(), "", ""};
+  // Cut by a shutdown (in prefill, or between tokens): said as such, never as a finish. A job
+  // cancelled because its client left ends like a finished one; nobody reads it.
+  if (draining_ && (res->finish_reason == "cancelled" || job.cancelled))
+    return shutdown_error(res->completion_tokens);
+
+  // The end: text still held by the detokenizer and the stop matcher, then the parser's.
+  bool stopped = stops.stopped();
+  if (!stopped) stopped = feed(detok.flush());
+  ParserDelta tail;
+  if (!stopped) {
+    std::string rest = stops.flush();
+    if (parser)
+      tail = parser->push(rest);
+    else
+      tail.content = std::move(rest);
+  }
+  if (parser) {
+    ParserDelta f = parser->finish();
+    tail.reasoning += f.reasoning;
+    tail.content += f.content;
+    tail.tool_calls.insert(tail.tool_calls.end(), f.tool_calls.begin(), f.tool_calls.end());
+  }
+  if (!job.parallel_tool_calls && out.tool_call_count() > calls_before) tail.tool_calls.clear();
+  emit(out.add(tail, std::exchange(logprobs, {})));
+
+  ChoiceEnd end;
+  end.reason = stopped ? "stop" : res->finish_reason;
+  if (job.chat && out.tool_call_count() > 0 && end.reason == "stop") end.reason = "tool_calls";
+  end.usage = Usage{res->prompt_tokens, res->completion_tokens, res->cached_tokens};
+  metrics_.prompt_tokens += uint64_t(res->prompt_tokens);
+  metrics_.cached_prompt_tokens += uint64_t(res->cached_tokens);
+  metrics_.generation_tokens += uint64_t(res->completion_tokens);
+  return end;
+}
+
 void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
   std::unique_ptr<ReplyWriter> writer;
   if (job->api == Api::anthropic)
@@ -301,92 +420,17 @@ void Server::run_job(const std::shared_ptr<Job>& job, bool cancelled) {
   }
 
   emit(out.start());
-  StreamingDetokenizer detok(*tok_, /*skip_special=*/true);
-  StopMatcher stops(job->stop);
-  std::optional<OutputParser> parser;
-  if (job->chat) parser.emplace(job->parser);
-  std::vector<TokenLogprob> logprobs;  // of the tokens since the last emitted piece
-  Status failure;
-  Clock::time_point last;
-  bool first = true;
-
-  // Text after the detokenizer → stop strings → parser → writer; true once a stop string hit.
-  auto feed = [&](std::string_view text) {
-    StopMatcher::Result r = stops.push(text);
-    ParserDelta d;
-    if (parser)
-      d = parser->push(r.text);
-    else
-      d.content = std::move(r.text);
-    if (!d.empty() || !logprobs.empty()) emit(out.add(d, std::exchange(logprobs, {})));
-    if (r.stopped) out.stopped_by(stops.matched());
-    return r.stopped;
-  };
-  auto on_token = [&](const TokenEvent& ev) {
-    if (job->cancelled.load(std::memory_order_relaxed)) return false;
-    const auto now = Clock::now();
-    if (first)
-      metrics_.time_to_first_token.observe(seconds(now - job->arrived));
-    else
-      metrics_.inter_token_latency.observe(seconds(now - last));
-    first = false;
-    last = now;
-    if (job->request.top_logprobs >= 0) {
-      TokenLogprob lp;
-      lp.token = std::string(tok_->token_bytes(ev.id).value_or(""));
-      lp.logprob = ev.logprob;
-      for (const auto& [id, l] : ev.top) lp.top.emplace_back(tok_->token_bytes(id).value_or(""), l);
-      logprobs.push_back(std::move(lp));
-    }
-    auto text = detok.push(ev.id);
-    if (!text) {
-      failure = text.error();
-      return false;
-    }
-    return !feed(*text);
-  };
-
-  auto res = engine_->generate(job->request, on_token);
-  const StateCache& cache = engine_->cache();
-  metrics_.cache_hits = cache.hits();
-  metrics_.cache_misses = cache.misses();
-  metrics_.cache_bytes = cache.bytes();
-  metrics_.cache_entries = int64_t(cache.size());
-  if (!res) return fail(ApiError{500, "server_error", res.message(), "", ""});
-  if (!failure.ok()) return fail(ApiError{500, "server_error", failure.message(), "", ""});
-  // Cut by a shutdown (in prefill, or between tokens): said as such, never as a finish. A job
-  // cancelled because its client left ends like a finished one; nobody reads it.
-  if (draining_ && (res->finish_reason == "cancelled" || job->cancelled))
-    return fail(shutdown_error(res->completion_tokens));
-
-  // The end: text still held by the detokenizer and the stop matcher, then the parser's.
-  bool stopped = stops.stopped();
-  if (!stopped) stopped = feed(detok.flush());
-  ParserDelta tail;
-  if (!stopped) {
-    std::string rest = stops.flush();
-    if (parser)
-      tail = parser->push(rest);
-    else
-      tail.content = std::move(rest);
+  const uint64_t seed = job->request.sampler.seed;
+  std::string body;
+  for (int choice = 0; choice < job->n; ++choice) {
+    job->request.sampler.seed = seed + uint64_t(choice);
+    job->request.constraint = job->make_constraint ? job->make_constraint() : nullptr;
+    auto reply = run_choice(*job, out, emit);
+    if (!reply) return fail(reply.error());
+    body = out.finish(reply->reason, reply->usage);
+    if (choice + 1 < job->n && stream) emit(std::exchange(body, {}));
   }
-  if (parser) {
-    ParserDelta f = parser->finish();
-    tail.reasoning += f.reasoning;
-    tail.content += f.content;
-    tail.tool_calls.insert(tail.tool_calls.end(), f.tool_calls.begin(), f.tool_calls.end());
-  }
-  emit(out.add(tail, std::exchange(logprobs, {})));
-
-  std::string reason = stopped ? "stop" : res->finish_reason;
-  if (job->chat && out.tool_call_count() > 0 && reason == "stop") reason = "tool_calls";
-  const Usage usage{res->prompt_tokens, res->completion_tokens, res->cached_tokens};
-  metrics_.prompt_tokens += uint64_t(res->prompt_tokens);
-  metrics_.cached_prompt_tokens += uint64_t(res->cached_tokens);
-  metrics_.generation_tokens += uint64_t(res->completion_tokens);
   metrics_.request_duration.observe(seconds(Clock::now() - job->arrived));
-
-  std::string body = out.finish(reason, usage);
   if (stream) {
     emit(std::move(body));
     finish({});

@@ -2,8 +2,12 @@
 // MoE → residual), and produces logits; states, snapshots and chunking live here.
 #include "orchid/backend/cpu/cpu_backend.h"
 
+#include <sys/sysinfo.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <string_view>
 
 #include "orchid/backend/cpu/cpu_layers.h"
@@ -21,6 +25,20 @@ int64_t CpuSnapshot::bytes() const {
 
 namespace {
 
+// MemAvailable of /proc/meminfo (free memory plus what the kernel can reclaim), else sysinfo's
+// free RAM.
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  struct sysinfo si {};
+  if (sysinfo(&si) == 0) return int64_t(si.freeram) * si.mem_unit;
+  return 0;
+}
+
 constexpr int64_t kDefaultChunk = 256;  // tokens per prefill chunk: bounds scratch memory
 
 class CpuBackend final : public Backend {
@@ -29,6 +47,16 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   int64_t n_vocab() const override { return c_.n_vocab; }
+
+  // The KV cache (fp32, grown as tokens come) may take half the memory available now.
+  int64_t max_context(int64_t limit) const override {
+    int64_t attn = 0;
+    for (LayerKind k : c_.layer_types) attn += k == LayerKind::full_attention;
+    const int64_t per_token = attn * 2 * kv_row_size() * 4;
+    const int64_t room = available_memory_bytes() / 2;
+    if (per_token <= 0 || room <= 0) return limit;
+    return std::max<int64_t>(std::min(limit, room / per_token), 1);
+  }
 
   Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) override {
     if (max_tokens <= 0) return err("state size must be positive, got ", max_tokens);

@@ -172,6 +172,7 @@ struct PickConfig {
   int n_stop = 0;            // stop ids in the device buffer
   float inv_temp = 0.f;
   uint64_t seed = 0;
+  bool masked = false;  // only ids set in the device's allowed-ids bitset may win
 };
 
 // One kernel launch's place in a profiled step.
@@ -190,6 +191,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int64_t n_vocab() const override { return c_.n_vocab; }
   Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) override;
+  int64_t max_context(int64_t limit) const override;
   Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
                  std::vector<float>& logits, int64_t chunk,
                  const CancelCheck& cancel = {}) override;
@@ -199,6 +201,9 @@ class CudaBackend final : public Backend {
   Expected<std::vector<int32_t>> decode_on_device(
       BackendState& state, int32_t token, int max_new, const DeviceDecodeOptions& opts,
       const std::function<bool(int32_t)>& on_token) override;
+  Expected<int32_t> step_and_pick(BackendState& state, int32_t token,
+                                  const std::vector<uint32_t>* allowed,
+                                  const DeviceDecodeOptions& opts) override;
   Status fill_synthetic_context(BackendState& state, int64_t n, uint64_t seed) override;
 
   // Runs one decode step kernel by kernel with events between launches.
@@ -289,6 +294,7 @@ class CudaBackend final : public Backend {
   float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
   int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;
+  uint32_t* allowed_ = nullptr;  // [ceil(n_vocab / 32)] the constrained pick's bitset
   unsigned* ticket_ = nullptr;  // lm_head: blocks finished (its last block picks the token)
   int* pinned_ = nullptr;       // host, mapped: two token slots + the position read-back
   int* pinned_dev_ = nullptr;   // pinned_ as the device sees it

@@ -109,6 +109,33 @@ Expected<std::vector<int32_t>> CudaBackend::decode_on_device(
   return consumed;
 }
 
+Expected<int32_t> CudaBackend::step_and_pick(BackendState& state, int32_t token,
+                                             const std::vector<uint32_t>* allowed,
+                                             const DeviceDecodeOptions& opts) {
+  auto& st = static_cast<CudaState&>(state);
+  ORCHID_TRY(check_forward_input(std::span<const int32_t>(&token, 1), c_.n_vocab, st.n_past_,
+                                 st.capacity_));
+  const size_t words = size_t((c_.n_vocab + 31) / 32);
+  if (allowed && allowed->size() != words)
+    return err("allowed-ids bitset of ", allowed->size(), " words; the vocabulary needs ", words);
+  PickConfig pick;
+  pick.inv_temp = opts.temperature > 0.f ? 1.f / opts.temperature : 0.f;
+  pick.seed = opts.seed;
+  pick.masked = allowed != nullptr;
+  ORCHID_CUDA(cudaMemsetAsync(st.d_halt, 0, sizeof(int), stream_));
+  if (allowed)
+    ORCHID_CUDA(cudaMemcpyAsync(allowed_, allowed->data(), words * 4, cudaMemcpyHostToDevice,
+                                stream_));
+  ORCHID_CUDA(cudaMemcpyAsync(token_, &token, 4, cudaMemcpyHostToDevice, stream_));
+  ORCHID_TRY(run_step(st, true, pick));
+  st.n_past_ += 1;
+  ORCHID_CUDA(cudaMemcpyAsync(pinned_ + 2, token_, 4, cudaMemcpyDeviceToHost, stream_));
+  ORCHID_TRY(sync("constrained step"));
+  const int32_t id = pinned_[2];
+  if (id < 0 || id >= c_.n_vocab) return err("constrained step: the device picked no token");
+  return id;
+}
+
 Status CudaBackend::fill_synthetic_context(BackendState& state, int64_t n, uint64_t seed) {
   auto& st = static_cast<CudaState&>(state);
   if (n < 0 || n >= st.capacity_) return err("synthetic context of ", n, " tokens does not fit");

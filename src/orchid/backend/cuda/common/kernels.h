@@ -72,6 +72,9 @@ struct GemvParams {
   int* host_token = nullptr;  // optional mapped host [2]: the id also goes to slot (position & 1)
   float inv_temp = 0.f;
   uint64_t seed = 0;
+  // Optional bitset over the rows (bit r of word r / 32): rows not set never win the pick
+  // (constrained decoding). The caller guarantees at least one row is set.
+  const uint32_t* allowed = nullptr;
 };
 // At most this many blocks per launch (size `partial` as 2 × this).
 int gemv_blocks(const GemvParams& p);

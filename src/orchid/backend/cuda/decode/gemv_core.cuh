@@ -265,9 +265,10 @@ __device__ __forceinline__ uint64_t pick_key_base(const GemvParams& p) {
 }
 
 // What row `row` with logit `logit` competes with: the logit (greedy), or logit / T plus
-// Gumbel noise that depends only on (seed, position, row).
+// Gumbel noise that depends only on (seed, position, row); -inf for a row the mask refuses.
 __device__ __forceinline__ float pick_key(const GemvParams& p, uint64_t key_base, float logit,
                                           int row) {
+  if (p.allowed && !(p.allowed[row >> 5] >> (row & 31) & 1u)) return -INFINITY;
   if (p.inv_temp <= 0.f) return logit;
   const float u = uniform01(key_base ^ (uint64_t(row) * 0xd1b54a32d192ed03ull));
   return logit * p.inv_temp - logf(-logf(u));

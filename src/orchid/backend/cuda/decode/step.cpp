@@ -173,6 +173,7 @@ Status CudaBackend::enqueue_step(CudaState& st, bool head, const PickConfig& pic
   p.halt = halt, p.epilogue = GemvEpilogue::argmax, p.ticket = ticket_, p.partial = partial_;
   p.token = token_, p.pos = st.d_pos, p.stop_ids = stop_ids_, p.n_stop = pick.n_stop;
   p.stopped = st.d_halt, p.host_token = pinned_dev_, p.inv_temp = pick.inv_temp, p.seed = pick.seed;
+  p.allowed = pick.masked ? allowed_ : nullptr;
   if (gemv_blocks(p) > 4096) return err("lm_head: too many blocks");
   ORCHID_TRY(launch_gemv(p, stream_));
   if (prof) prof->mark("lm_head+pick", matrix_bytes(m.lm_head));
@@ -186,7 +187,8 @@ Status CudaBackend::run_step(CudaState& st, bool head, const PickConfig& pick) {
   CudaState::Graph& g = st.graphs[head ? 1 : 0];
   const std::string key = std::to_string(n_split) + "/" + sw_.graph_key() + "/" +
                           std::to_string(pick.want_logits) + "/" + std::to_string(pick.n_stop) +
-                          "/" + std::to_string(pick.inv_temp) + "/" + std::to_string(pick.seed);
+                          "/" + std::to_string(pick.inv_temp) + "/" + std::to_string(pick.seed) +
+                          "/" + std::to_string(pick.masked);
   if (!g.exec || g.key != key) {
     if (g.exec) {
       ORCHID_TRY(sync("graph rebuild"));  // the old graph may still be running
