@@ -4,12 +4,14 @@
 // apply-template, '4' detokenize, '5' Anthropic messages; other bytes wrap), the rest is its
 // body, parsed and validated
 // as the server does; a chat or template request that passes is rendered by the built-in
-// Qwen3.6 template. Whatever the bytes, that ends in a value or a 400 with a message: never a
-// crash, an escaped exception or a stack overflow.
+// Qwen3.6 template, and its output constraint (response_format, a forced tool call) compiled to
+// a grammar whose automaton then reads the body's own bytes. Whatever the bytes, that ends in
+// a value or a 400 with a message: never a crash, an escaped exception or a stack overflow.
 #pragma once
 
 #include <string_view>
 
+#include "orchid/grammar/matcher.h"
 #include "orchid/server/anthropic_request.h"
 #include "orchid/server/openai_request.h"
 #include "orchid/tokenizer/chat_template.h"
@@ -38,10 +40,26 @@ inline Outcome exercise_request(std::string_view input) {
     if (prompt) return Outcome::accepted;
     return prompt.message().empty() ? Outcome::broken : Outcome::template_error;
   };
+  // A request's output constraint: compiled (or refused with a message), then run over bytes.
+  auto constrain = [&](const server::ChatRequest& r) {
+    if (r.output.kind == server::OutputConstraint::Kind::none) return Outcome::accepted;
+    auto g = server::output_grammar(r.output, r.tools, r.parallel_tool_calls);
+    if (!g) return g.message().empty() ? Outcome::broken : Outcome::refused;
+    grammar::Matcher m(std::make_shared<const grammar::Grammar>(std::move(*g)));
+    int32_t s = m.start();
+    for (char c : body) {
+      if (s == grammar::Matcher::kDead) break;
+      (void)m.distance(s);
+      s = m.advance(s, uint8_t(c));
+    }
+    return Outcome::accepted;
+  };
   switch (endpoint) {
     case Endpoint::chat: {
       auto r = server::parse_chat_request(body);
-      return r ? render(r->messages, r->tools, r->template_options) : refused(r.error());
+      if (!r) return refused(r.error());
+      const Outcome o = render(r->messages, r->tools, r->template_options);
+      return o == Outcome::accepted ? constrain(*r) : o;
     }
     case Endpoint::completion: {
       auto r = server::parse_completion_request(body);
@@ -62,7 +80,9 @@ inline Outcome exercise_request(std::string_view input) {
     }
     case Endpoint::messages: {
       auto r = server::parse_messages_request(body);
-      return r ? render(r->messages, r->tools, r->template_options) : refused(r.error());
+      if (!r) return refused(r.error());
+      const Outcome o = render(r->messages, r->tools, r->template_options);
+      return o == Outcome::accepted ? constrain(*r) : o;
     }
   }
   return Outcome::broken;

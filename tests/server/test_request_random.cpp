@@ -97,6 +97,50 @@ class Gen {
     return m;
   }
 
+  // A JSON schema, mostly of the supported keywords, sometimes not (or not a schema at all).
+  OJson schema(int depth) {
+    static const char* const kTypes[] = {"object", "array", "string", "integer", "number",
+                                         "boolean", "null", "wizard"};
+    if (chance(5)) return value(1);
+    OJson s = OJson::object();
+    switch (depth <= 0 ? pick(3) + 2 : pick(8)) {
+      case 0: {
+        OJson props = OJson::object();
+        OJson req = OJson::array();
+        for (int i = pick(4); i > 0; --i) {
+          const std::string k = chance(80) ? std::string(1, char('a' + pick(6))) : text();
+          props[k] = schema(depth - 1);
+          if (chance(50)) req.push_back(chance(95) ? k : text());
+        }
+        s = {{"type", "object"}, {"properties", props}, {"required", req}};
+        if (chance(20)) s["additionalProperties"] = chance(50) ? OJson(false) : schema(depth - 1);
+        break;
+      }
+      case 1:
+        s = {{"type", "array"}, {"items", schema(depth - 1)}};
+        if (chance(40)) s["maxItems"] = pick(5);
+        if (chance(20)) s["minItems"] = pick(3);
+        break;
+      case 2:
+        s = {{"type", "string"}};
+        if (chance(30)) s["maxLength"] = pick(20);
+        if (chance(10)) s["format"] = chance(70) ? "date-time" : text();
+        if (chance(5)) s["pattern"] = text();
+        break;
+      case 3:
+        s = {{"type", kTypes[pick(8)]}};
+        if (chance(30)) s["minimum"] = pick(10) - 2;
+        if (chance(30)) s["maximum"] = pick(2000);
+        break;
+      case 4: s = {{"enum", OJson::array({value(1), value(1)})}}; break;
+      case 5: s = {{"anyOf", OJson::array({schema(depth - 1), schema(depth - 1)})}}; break;
+      case 6: s = {{"$ref", chance(70) ? "#" : "#/" + text()}}; break;
+      default: s = {{"const", value(2)}}; break;
+    }
+    if (chance(5)) s[text()] = value(1);
+    return s;
+  }
+
   OJson request() {
     OJson b = {{"model", "m"}, {"messages", OJson::array()}};
     if (chance(60)) b["messages"].push_back({{"role", "system"}, {"content", text()}});
@@ -110,6 +154,17 @@ class Gen {
     }
     if (chance(20)) b["chat_template_kwargs"] = {{"enable_thinking", chance(50)}, {"k", value(2)}};
     if (chance(20)) b["tool_choice"] = chance(50) ? OJson("auto") : OJson("none");
+    if (chance(15))
+      b["tool_choice"] = chance(50) ? OJson("required")
+                                    : OJson{{"type", "function"},
+                                            {"function", {{"name", chance(80) ? "get_weather" : text()}}}};
+    if (chance(10)) b["parallel_tool_calls"] = chance(90) ? OJson(chance(50)) : value(1);
+    if (chance(25))
+      b["response_format"] = chance(70) ? OJson{{"type", "json_schema"},
+                                                {"json_schema", {{"name", "s"}, {"schema", schema(3)}}}}
+                                        : OJson{{"type", chance(80) ? "json_object" : text()}};
+    if (chance(10)) b["n"] = pick(20);
+    if (chance(10)) b["logit_bias"] = {{std::to_string(pick(100)), pick(300) - 150}};
     if (chance(10)) b[text()] = value(2);
     return b;
   }
@@ -156,6 +211,7 @@ class Gen {
     }
     if (chance(20)) b["thinking"] = {{"type", chance(80) ? "enabled" : text()}};
     if (chance(20)) b["tool_choice"] = {{"type", chance(80) ? "auto" : text()}};
+    if (chance(15)) b["tool_choice"] = {{"type", chance(50) ? "any" : "tool"}, {"name", "get_weather"}};
     if (chance(15)) b["stop_sequences"] = OJson::array({text()});
     if (chance(10)) b[text()] = value(2);
     return b;
