@@ -22,8 +22,9 @@ GrammarConstraint::GrammarConstraint(const Tokenizer& tok, const TokenVocab& voc
     if (id >= 0 && id < vocab_.n_vocab()) stop_only_[size_t(id) >> 5] |= 1u << (id & 31);
 }
 
-void GrammarConstraint::fill(uint32_t max_distance, std::vector<uint32_t>& bits) {
-  vocab_.allowed(matcher_, state_, bits, max_distance);
+void GrammarConstraint::fill(uint32_t max_distance, Mask& mask) {
+  std::vector<uint32_t>& bits = mask.bits;
+  mask.farthest = vocab_.allowed(matcher_, state_, bits, max_distance);
   // A stop id ends the answer: allowed exactly where the grammar may end (even when its bytes
   // would continue the text), or when nothing else can follow (never expected).
   for (size_t i = 0; i < bits.size(); ++i) bits[i] &= ~stop_only_[i];
@@ -35,17 +36,16 @@ void GrammarConstraint::fill(uint32_t max_distance, std::vector<uint32_t>& bits)
 const std::vector<uint32_t>* GrammarConstraint::allowed(int64_t remaining) {
   if (!engaged()) return nullptr;
   if (state_ == Matcher::kDead) return last_ = &stop_only_;
-  const int64_t d = matcher_.distance(state_);
-  if (remaining - d <= kBudgetWindow) {
-    // After this token, remaining - 1 are left to complete the match; when even that is too
-    // few (a budget too small from the start), the tokens that come closest.
-    const int64_t room = std::max<int64_t>(remaining - 1, d - 1);
-    fill(uint32_t(std::clamp<int64_t>(room, 0, Matcher::kFar)), budgeted_);
-    return last_ = &budgeted_;
-  }
   auto [it, added] = masks_.try_emplace(state_);
   if (added) fill(Matcher::kFar, it->second);
-  return last_ = &it->second;
+  // After this token, remaining - 1 are left to complete the match: when a token of the mask
+  // would leave more, the mask cut to those that do not; when even the shortest completion
+  // does not fit (a budget too small from the start), the tokens that come closest.
+  if (remaining - 1 >= int64_t(it->second.farthest)) return last_ = &it->second.bits;
+  const int64_t d = matcher_.distance(state_);
+  const int64_t room = std::max<int64_t>(remaining - 1, d - 1);
+  fill(uint32_t(std::clamp<int64_t>(room, 0, Matcher::kFar)), budgeted_);
+  return last_ = &budgeted_.bits;
 }
 
 bool GrammarConstraint::accept(int32_t id) {

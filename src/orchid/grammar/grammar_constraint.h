@@ -2,12 +2,13 @@
 // stop ids once the grammar may end. Optionally dormant until a marker has been generated (the
 // reasoning block: structured output applies to the answer after "</think>").
 //
-// The answer completes within the token budget: once the budget comes near the shortest
-// completion (within kBudgetWindow tokens), only tokens after which the match can still be
-// completed in the tokens left are allowed. Every byte is a token of a byte-level vocabulary
-// and some byte always shortens the completion by one, so a match that could be completed
-// when the window opened is completed by the last token (a model that would ramble inside a
-// string closes it in time instead of being cut by max_tokens).
+// The answer completes within the token budget: when some allowed token would leave more to
+// complete than the tokens left after it, only tokens after which the match can still be
+// completed in time are allowed. Every byte is a token of a byte-level vocabulary and some
+// byte always shortens the completion by one, so a match that could be completed at the start
+// is completed by the last token (a model that would ramble inside a string closes it in time
+// instead of being cut by max_tokens). Masks are cached per matcher state with the farthest
+// completion among their tokens, so the budget costs a fresh walk only near its end.
 #pragma once
 
 #include <memory>
@@ -33,8 +34,6 @@ class GrammarConstraint final : public TokenConstraint {
                     std::shared_ptr<const Grammar> g,
                     std::vector<int32_t> stop_ids, std::string engage_after);
 
-  static constexpr int64_t kBudgetWindow = 1024;
-
   const std::vector<uint32_t>* allowed(int64_t remaining) override;
   bool accept(int32_t id) override;
   // The grammar has been satisfied (the text so far is a complete match).
@@ -42,8 +41,12 @@ class GrammarConstraint final : public TokenConstraint {
 
  private:
   bool engaged() const { return marker_.empty(); }
+  struct Mask {
+    std::vector<uint32_t> bits;
+    uint32_t farthest = 0;  // the largest completion distance a token of it leaves
+  };
   // The mask of state_ with tokens that leave at most max_distance bytes to complete.
-  void fill(uint32_t max_distance, std::vector<uint32_t>& bits);
+  void fill(uint32_t max_distance, Mask& mask);
 
   const Tokenizer& tok_;
   const TokenVocab& vocab_;
@@ -52,9 +55,9 @@ class GrammarConstraint final : public TokenConstraint {
   std::vector<int32_t> stop_ids_;
   std::string marker_;  // text still awaited before engaging ("" once engaged)
   std::string tail_;    // the last bytes generated, to find the marker across token cuts
-  std::unordered_map<int32_t, std::vector<uint32_t>> masks_;  // by matcher state
+  std::unordered_map<int32_t, Mask> masks_;  // by matcher state, without a budget
   std::vector<uint32_t> stop_only_;
-  std::vector<uint32_t> budgeted_;         // the last mask cut by the budget
+  Mask budgeted_;                          // the last mask cut by the budget
   const std::vector<uint32_t>* last_ = nullptr;  // what allowed() last returned
 };
 

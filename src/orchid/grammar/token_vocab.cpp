@@ -25,14 +25,15 @@ TokenVocab::TokenVocab(const Tokenizer& tok, int64_t n_vocab) : n_vocab_(n_vocab
   }
 }
 
-void TokenVocab::allowed(Matcher& m, int32_t state, std::vector<uint32_t>& bits,
-                         uint32_t max_distance) const {
+uint32_t TokenVocab::allowed(Matcher& m, int32_t state, std::vector<uint32_t>& bits,
+                             uint32_t max_distance) const {
   bits.assign(words(), 0u);
   // at[j]: the state after the first j bytes of the previous entry, valid for j <= alive; when
   // the previous entry died, it died at byte `alive`, so an entry sharing more is dead too.
   std::vector<int32_t> at(longest_ + 1);
   at[0] = state;
   size_t alive = 0;
+  uint32_t farthest = 0;
   for (const Entry& e : entries_) {
     if (e.shared > alive) continue;  // shares the dead prefix
     size_t j = e.shared;
@@ -42,9 +43,13 @@ void TokenVocab::allowed(Matcher& m, int32_t state, std::vector<uint32_t>& bits,
       at[j + 1] = next;
     }
     alive = j;
-    if (j == e.bytes.size() && m.distance(at[j]) <= max_distance)
-      bits[size_t(e.id) >> 5] |= 1u << (e.id & 31);
+    if (j < e.bytes.size()) continue;
+    const uint32_t d = m.distance(at[j]);
+    if (d > max_distance) continue;
+    bits[size_t(e.id) >> 5] |= 1u << (e.id & 31);
+    farthest = std::max(farthest, d);
   }
+  return farthest;
 }
 
 }  // namespace orchid::grammar

@@ -25,9 +25,9 @@ class TokenVocab {
 
   // Sets the bits of the tokens whose bytes the matcher takes from `state` without dying and
   // that leave a match at most max_distance bytes from complete (bits is resized to words()
-  // and cleared first).
-  void allowed(Matcher& m, int32_t state, std::vector<uint32_t>& bits,
-               uint32_t max_distance = Matcher::kFar) const;
+  // and cleared first). Returns the largest such distance among the tokens set.
+  uint32_t allowed(Matcher& m, int32_t state, std::vector<uint32_t>& bits,
+                   uint32_t max_distance = Matcher::kFar) const;
 
  private:
   struct Entry {
