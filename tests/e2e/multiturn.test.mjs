@@ -99,3 +99,34 @@ test('4 turns re-sending the history: only new tokens are prefilled; same greedy
     assert.deepEqual(replyOf(r), turns[k].reply, `turn ${k + 1}: the reply after cache reuse differs from a full prefill`);
   }
 });
+
+// Two conversations interleaved (X1 Y1 X2 Y2 X3 Y3): each resumes from its own live state (the
+// server keeps --parallel 4 of them), so every turn after a conversation's first prefills only
+// its new tokens.
+test('two interleaved conversations both hit the cache on every turn after the first', { timeout: 120000 }, async () => {
+  const srv = await startServer({ modelDir, backend: 'cpu', ctx: 4096 });
+  model = await modelId(srv);
+  const client = srv.client();
+  const talks = [
+    { turns: ['Plan a trip to Paris.', 'Three days in May.', 'Where to eat?'], messages: [], last: null },
+    { turns: ['Explain tides to a child.', 'Why twice a day?', 'And spring tides?'], messages: [], last: null },
+  ];
+  const report = [];
+  for (let k = 0; k < 3; k++) {
+    for (const [i, t] of talks.entries()) {
+      t.messages.push({ role: 'user', content: t.turns[k] });
+      const sent = structuredClone(t.messages);
+      const r = await client.chat.completions.create({ model, messages: sent, ...GREEDY });
+      const cached = r.usage.prompt_tokens_details.cached_tokens;
+      const what = `conversation ${i + 1} turn ${k + 1}: prompt ${r.usage.prompt_tokens}, cached ${cached}`;
+      report.push(what);
+      if (k > 0) {
+        const H = (await tokenize(srv, { messages: t.last, add_generation_prompt: false })).length;
+        assert.ok(cached >= H, `${what}: below the previous turn's history (${H}): the other conversation evicted it`);
+      }
+      t.last = sent;
+      t.messages.push({ role: 'assistant', content: r.choices[0].message.content ?? '' });
+    }
+  }
+  console.log(`interleaved: ${report.join('; ')}`);
+});

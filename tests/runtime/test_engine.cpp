@@ -41,6 +41,32 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Backend> backend_;
 };
 
+// Two conversations interleaved (X1 Y1 X2 Y2 X3 Y3): with two slots each turn after a
+// conversation's first resumes from its own cached state and gives the same output as a fresh
+// engine; with one slot every such turn starts over (the other conversation overwrote it).
+TEST_F(EngineTest, InterleavedConversationsKeepTheirSlots) {
+  for (int slots : {1, 2}) {
+    Engine engine(*backend_, 1024, 64 << 20, slots);
+    std::vector<int32_t> x = {11, 22, 33, 44}, y = {99, 88, 77, 66, 55};
+    for (int turn = 0; turn < 3; ++turn) {
+      for (std::vector<int32_t>* h : {&x, &y}) {
+        GenerateResult res;
+        const auto reply = run(engine, *h, 6, &res);
+        Engine fresh(*backend_, 1024, 64 << 20);
+        EXPECT_EQ(reply, run(fresh, *h, 6)) << "slots " << slots << " turn " << turn;
+        if (slots == 1) {
+          EXPECT_EQ(res.cached_tokens, 0) << turn;
+        } else if (turn > 0) {
+          // All but the last reply token (never fed back) and the 2 new ones.
+          EXPECT_EQ(res.cached_tokens, int64_t(h->size()) - 3) << turn;
+        }
+        h->insert(h->end(), reply.begin(), reply.end());
+        h->insert(h->end(), {5, 6});  // the next user turn
+      }
+    }
+  }
+}
+
 // A 4-turn conversation re-sending its whole history: turns 2-4 prefill only the new tokens
 // and produce the same greedy output as a fresh engine given the same full prompt.
 TEST_F(EngineTest, MultiTurnReusePrefillsOnlyNewTokens) {

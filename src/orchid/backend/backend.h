@@ -52,9 +52,9 @@ class Backend {
   virtual int64_t n_vocab() const = 0;
 
   virtual Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) = 0;
-  // The largest context, at most `limit` tokens, whose state this backend's memory holds
-  // beside what it needs to run (the server's default context).
-  virtual int64_t max_context(int64_t limit) const { return limit; }
+  // The largest context, at most `limit` tokens, for which `states` states fit this backend's
+  // memory beside what it needs to run (the server's default context).
+  virtual int64_t max_context(int64_t limit, int states = 1) const { return limit; }
   // Consumes `tokens` after state.n_past(), in chunks of at most `chunk` tokens (0: backend
   // default). logits receives [tokens.size(), n_vocab] (all) or [n_vocab] (last), fp32.
   // A token id outside the vocabulary or a state overflow is an error and changes nothing.

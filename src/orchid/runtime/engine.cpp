@@ -72,30 +72,59 @@ TokenEvent make_event(std::span<const float> logits, int32_t id, int k) {
 
 }  // namespace
 
-Engine::Engine(Backend& backend, int64_t ctx, int64_t cache_bytes)
-    : backend_(backend), ctx_(ctx), cache_(cache_bytes) {}
+Engine::Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots)
+    : backend_(backend), ctx_(ctx), slots_(size_t(std::max(slots, 1))), cache_(cache_bytes) {}
+
+Status Engine::choose_slot(std::span<const int32_t> prompt) {
+  int best = -1;
+  int64_t best_len = 0;
+  for (int s = 0; s < int(slots_.size()); ++s) {
+    if (!slots_[size_t(s)].state) continue;
+    const int64_t len = cache_.longest_prefix(s, prompt);
+    if (len > best_len || (len == best_len && len > 0 && slots_[size_t(s)].used < slots_[size_t(best)].used))
+      best = s, best_len = len;
+  }
+  if (best < 0) {
+    // Nothing cached: an unused slot, else the one that served a request longest ago (its
+    // conversation's snapshots go stale as this one overwrites its rows).
+    for (int s = 0; s < int(slots_.size()); ++s) {
+      if (!slots_[size_t(s)].state) {
+        best = s;
+        break;
+      }
+      if (best < 0 || slots_[size_t(s)].used < slots_[size_t(best)].used) best = s;
+    }
+  }
+  Slot& slot = slots_[size_t(best)];
+  if (!slot.state) {
+    auto st = backend_.new_state(ctx_);
+    if (!st) return st.error();
+    slot.state = std::move(*st);
+    slot.empty = backend_.snapshot(*slot.state);
+  }
+  slot.used = ++requests_;
+  slot_ = best;
+  state_ = slot.state.get();
+  return {};
+}
 
 Status Engine::prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
                               GenerateResult& res) {
-  if (!state_) {
-    auto st = backend_.new_state(ctx_);
-    if (!st) return st.error();
-    state_ = std::move(*st);
-    empty_ = backend_.snapshot(*state_);
-  }
   std::span<const int32_t> prompt(req.prompt);
+  ORCHID_TRY(choose_slot(prompt.first(prompt.size() - 1)));
   // At least the last prompt token is run: its logits choose the first output token. Every
   // request starts from a restored snapshot, so a state left undefined by a cancelled or failed
   // request is never read.
-  int64_t done = cache_.restore_longest_prefix(backend_, *state_, prompt.first(prompt.size() - 1));
-  if (done == 0) ORCHID_TRY(backend_.restore(*state_, *empty_));
+  int64_t done =
+      cache_.restore_longest_prefix(backend_, *state_, slot_, prompt.first(prompt.size() - 1));
+  if (done == 0) ORCHID_TRY(backend_.restore(*state_, *slots_[size_t(slot_)].empty));
   res.cached_tokens = done;
   const int64_t cut = req.snapshot_at;
   if (cut > done && cut < int64_t(prompt.size())) {
     // Cancelled here: returns before the cut is snapshotted.
     ORCHID_TRY(backend_.forward(*state_, prompt.subspan(size_t(done), size_t(cut - done)),
                                 LogitsMode::last, logits, 0, req.cancelled));
-    cache_.insert(prompt.first(size_t(cut)), backend_.snapshot(*state_));
+    cache_.insert(slot_, prompt.first(size_t(cut)), backend_.snapshot(*state_));
     done = cut;
   }
   return backend_.forward(*state_, prompt.subspan(size_t(done)), LogitsMode::last, logits, 0,
@@ -261,7 +290,7 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
   // The state now holds history minus (possibly) the last sampled token, which was never
   // fed back; keep a snapshot of exactly what it holds.
   history.resize(size_t(state_->n_past()));
-  cache_.insert(history, backend_.snapshot(*state_));
+  cache_.insert(slot_, history, backend_.snapshot(*state_));
   return res;
 }
 

@@ -1,6 +1,9 @@
-// The engine: one model, one live state, requests run one at a time. It owns the backend,
-// the multi-turn state cache and the decode loop with sampling, penalties and logprobs;
-// text (templates, stop strings, parsing) stays with the caller.
+// The engine: one model, a few live states (slots), requests run one at a time. Each slot holds
+// one conversation's KV rows and recurrent state; a request goes to the slot whose cached
+// snapshots cover the longest prefix of its prompt (else the least recently used one), so
+// several conversations interleaved keep their states. It owns the backend, the multi-turn
+// state cache and the decode loop with sampling, penalties and logprobs; text (templates, stop
+// strings, parsing) stays with the caller.
 #pragma once
 
 #include <cstdint>
@@ -57,10 +60,12 @@ struct GenerateResult {
 
 class Engine {
  public:
-  // PRECONDITION: backend outlives the engine. ctx: most tokens a request may hold.
-  Engine(Backend& backend, int64_t ctx, int64_t cache_bytes);
+  // PRECONDITION: backend outlives the engine. ctx: most tokens a request may hold. slots:
+  // live states, each made on first use (ctx tokens each).
+  Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots = 1);
 
   int64_t ctx() const { return ctx_; }
+  int slots() const { return int(slots_.size()); }
   const StateCache& cache() const { return cache_; }
 
   // Runs one request. on_token sees each generated token; returning false stops generation
@@ -84,15 +89,26 @@ class Engine {
   Status decode_on_device(const GenerateRequest& req, int32_t first, int picks,
                           const std::function<bool(const TokenEvent&)>& on_token,
                           GenerateResult& res, std::vector<int32_t>& history);
+  // The slot for a prompt: the one whose cache covers most of it, else an unused one, else the
+  // least recently used; its state made if it is new. Sets slot_ and state_.
+  Status choose_slot(std::span<const int32_t> prompt);
   // Restores the longest cached prefix (or the empty state) and runs the rest of the prompt;
   // a cancellation comes back as an error with cancelled() set, the live state then undefined.
   Status prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
                         GenerateResult& res);
 
+  struct Slot {
+    std::unique_ptr<BackendState> state;  // made on first use
+    std::unique_ptr<StateSnapshot> empty;  // the state before any token
+    uint64_t used = 0;                     // when it last served a request (a counter)
+  };
+
   Backend& backend_;
   int64_t ctx_;
-  std::unique_ptr<BackendState> state_;
-  std::unique_ptr<StateSnapshot> empty_;  // the state before any token
+  std::vector<Slot> slots_;
+  uint64_t requests_ = 0;
+  int slot_ = 0;                      // the current request's slot
+  BackendState* state_ = nullptr;     // its state
   StateCache cache_;
 };
 

@@ -1,7 +1,9 @@
-// Multi-turn reuse: snapshots of one live backend state at token boundaries, kept in an LRU
-// bounded in bytes. A request whose tokens extend a kept prefix restores it and prefills only
-// the rest. The live state's token history says which snapshots are still backed by its KV
-// rows; Backend::restore refuses stale ones, which are then dropped.
+// Multi-turn reuse: snapshots of the engine's live states (its slots) at token boundaries, kept
+// in an LRU bounded in bytes. Each snapshot belongs to the slot whose state it was taken from
+// (its KV rows stay in that state). A request whose tokens extend a kept prefix restores it
+// into that slot and prefills only the rest. A slot's token history says which of its
+// snapshots are still backed by its KV rows; Backend::restore refuses stale ones, which are
+// then dropped.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +23,15 @@ class StateCache {
   explicit StateCache(int64_t max_bytes, size_t max_entries = 64)
       : max_bytes_(max_bytes), max_entries_(max_entries) {}
 
-  // Keeps a snapshot of the state after `tokens` (its whole history so far).
-  void insert(std::span<const int32_t> tokens, std::unique_ptr<StateSnapshot> snap);
-  // Restores the longest kept snapshot whose tokens are a prefix of `tokens` and returns its
-  // length, or 0 when none applies (the caller then starts from an empty state).
-  int64_t restore_longest_prefix(Backend& backend, BackendState& state,
+  // Keeps a snapshot of slot `slot`'s state after `tokens` (its whole history so far).
+  void insert(int slot, std::span<const int32_t> tokens, std::unique_ptr<StateSnapshot> snap);
+  // The length of the longest kept snapshot of `slot` whose tokens are a prefix of `tokens`
+  // (0: none). It may turn out stale when restored.
+  int64_t longest_prefix(int slot, std::span<const int32_t> tokens) const;
+  // Restores the longest kept snapshot of `slot` whose tokens are a prefix of `tokens` into
+  // `state` (that slot's) and returns its length, or 0 when none applies (the caller then
+  // starts from an empty state). Counts a hit or a miss.
+  int64_t restore_longest_prefix(Backend& backend, BackendState& state, int slot,
                                  std::span<const int32_t> tokens);
   void clear() { entries_.clear(), bytes_ = 0; }
 
@@ -36,11 +42,13 @@ class StateCache {
 
  private:
   struct Entry {
+    int slot = 0;
     std::vector<int32_t> tokens;
     std::unique_ptr<StateSnapshot> snap;
     int64_t bytes() const { return snap->bytes() + int64_t(tokens.size() * sizeof(int32_t)); }
   };
   void evict_to(int64_t max_bytes, size_t max_entries);
+  std::list<Entry>::const_iterator find_longest(int slot, std::span<const int32_t> tokens) const;
 
   int64_t max_bytes_;
   size_t max_entries_;

@@ -190,7 +190,7 @@ Status Server::load() {
     int64_t limit = kFamilyLimit;
     if (model_ && model_->config.max_position_embeddings > 0)
       limit = std::min(limit, model_->config.max_position_embeddings);
-    opts_.ctx = backend_->max_context(limit);
+    opts_.ctx = backend_->max_context(limit, opts_.parallel);
     std::fprintf(stderr, "orchid: context %lld tokens (%s)\n", (long long)opts_.ctx,
                  opts_.ctx == limit ? "the model's limit" : "as much as memory holds; --ctx sets it");
   }
@@ -198,7 +198,8 @@ Status Server::load() {
   vocab_ = std::make_unique<grammar::TokenVocab>(*tok_, backend_->n_vocab());
   template_ = std::move(assets->chat_template);
   gen_ = std::move(assets->generation);
-  engine_ = std::make_unique<Engine>(*backend_, opts_.ctx, opts_.state_cache_bytes);
+  engine_ =
+      std::make_unique<Engine>(*backend_, opts_.ctx, opts_.state_cache_bytes, opts_.parallel);
   return {};
 }
 

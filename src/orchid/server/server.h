@@ -43,6 +43,9 @@ struct ServerOptions {
   // up to the model's max_position_embeddings (at most 262,144), chosen at load.
   int64_t ctx = 0;
   size_t max_queue = 16;  // requests waiting behind the running one
+  // Live states (slots): conversations whose states the server keeps at once, so interleaved
+  // conversations each resume from their own (requests still run one at a time).
+  int parallel = 4;
   size_t max_body_bytes = 8 << 20;  // larger bodies: 413
   int64_t state_cache_bytes = int64_t(1024) << 20;
   std::string backend = "auto";  // auto | cpu | cuda | scripted

@@ -48,12 +48,12 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   int64_t n_vocab() const override { return c_.n_vocab; }
 
-  // The KV cache (fp32, grown as tokens come) may take half the memory available now.
-  int64_t max_context(int64_t limit) const override {
+  // The KV caches (fp32, grown as tokens come) may take half the memory available now.
+  int64_t max_context(int64_t limit, int states) const override {
     int64_t attn = 0;
     for (LayerKind k : c_.layer_types) attn += k == LayerKind::full_attention;
     const int64_t per_token = attn * 2 * kv_row_size() * 4;
-    const int64_t room = available_memory_bytes() / 2;
+    const int64_t room = available_memory_bytes() / 2 / std::max(states, 1);
     if (per_token <= 0 || room <= 0) return limit;
     return std::max<int64_t>(std::min(limit, room / per_token), 1);
   }

@@ -130,13 +130,14 @@ Status CudaBackend::init() {
   return {};
 }
 
-int64_t CudaBackend::max_context(int64_t limit) const {
+int64_t CudaBackend::max_context(int64_t limit, int states) const {
   // Room kept for the prefill buffers (allocated at the first prompt) and the state cache's
   // device snapshots: 10 % of the GPU, at least 6 GiB.
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return limit;
   const int64_t room = int64_t(free_b) - std::max<int64_t>(int64_t(6) << 30, int64_t(total_b) / 10);
-  const int64_t fixed = state_bytes(0), per_token = state_bytes(1) - fixed;
+  const int64_t n = std::max(states, 1);
+  const int64_t fixed = state_bytes(0) * n, per_token = (state_bytes(1) - state_bytes(0)) * n;
   if (per_token <= 0) return limit;
   return std::clamp<int64_t>((room - fixed) / per_token, 1, limit);
 }

@@ -191,7 +191,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int64_t n_vocab() const override { return c_.n_vocab; }
   Expected<std::unique_ptr<BackendState>> new_state(int64_t max_tokens) override;
-  int64_t max_context(int64_t limit) const override;
+  int64_t max_context(int64_t limit, int states) const override;
   Status forward(BackendState& state, std::span<const int32_t> tokens, LogitsMode mode,
                  std::vector<float>& logits, int64_t chunk,
                  const CancelCheck& cancel = {}) override;
