@@ -121,6 +121,28 @@ TEST_F(CudaEngine, MaskedPicksOnTheDeviceMatchTheHost) {
   EXPECT_EQ(std::count(sub->picks.begin(), sub->picks.end(), true), 64);
 }
 
+// Two conversations interleaved in two slots (two device states): each turn after the first
+// resumes from its own snapshot and matches a fresh engine's greedy output.
+TEST_F(CudaEngine, InterleavedConversationsKeepTheirSlots) {
+  Engine engine(*backend_, 1024, int64_t(64) << 20, /*slots=*/2);
+  std::vector<int32_t> x = req_.prompt, y(req_.prompt.rbegin(), req_.prompt.rend());
+  for (int turn = 0; turn < 3; ++turn) {
+    for (std::vector<int32_t>* h : {&x, &y}) {
+      GenerateRequest req = req_;
+      req.prompt = *h;
+      req.max_tokens = 6;
+      const Outcome got = run(engine, req);
+      Engine fresh(*backend_, 1024, int64_t(64) << 20);
+      EXPECT_EQ(got.tokens, run(fresh, req).tokens) << "turn " << turn;
+      if (turn > 0) {
+        EXPECT_EQ(got.result.cached_tokens, int64_t(h->size()) - 3) << "turn " << turn;
+      }
+      h->insert(h->end(), got.tokens.begin(), got.tokens.end());
+      h->insert(h->end(), {5, 6});
+    }
+  }
+}
+
 // The server's default context: the model's limit when the GPU holds its state, and a state
 // of that size can be made.
 TEST_F(CudaEngine, DefaultContextFitsTheGpu) {
