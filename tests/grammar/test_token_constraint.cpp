@@ -7,7 +7,7 @@
 #include <memory>
 #include <random>
 
-#include "orchid/backend/cpu/cpu_backend.h"
+#include "../tiny_cpu_model.h"
 #include "orchid/grammar/grammar_constraint.h"
 #include "orchid/grammar/json_schema.h"
 #include "orchid/grammar/tool_call_grammar.h"
@@ -87,15 +87,12 @@ TEST(GrammarConstraint, EngagesAfterItsMarkerAndEndsOnlyWhereTheGrammarMay) {
   EXPECT_FALSE(c.accept(tok.encode("x")[0]));
 }
 
-class ConstrainedEngine : public ::testing::Test {
+// The tiny model's 512 ids read as the demo tokenizer's first 512 (its bytes and first merges,
+// enough to write any JSON).
+class ConstrainedEngine : public TinyCpuModel {
  protected:
   void SetUp() override {
-    // The tiny golden model: random weights, a 512-id vocabulary (the demo tokenizer's first
-    // 512 ids: its bytes and first merges, enough to write any JSON).
-    auto m = load_model(std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/golden/tiny/mlx4");
-    ASSERT_TRUE(m.ok()) << m.message();
-    model_ = std::move(*m);
-    backend_ = make_cpu_backend(*model_);
+    TinyCpuModel::SetUp();
     vocab_ = std::make_unique<TokenVocab>(demo_tokenizer(), backend_->n_vocab());
   }
 
@@ -123,8 +120,6 @@ class ConstrainedEngine : public ::testing::Test {
   }
 
   static constexpr int32_t kStop = 511;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Backend> backend_;
   std::unique_ptr<TokenVocab> vocab_;
 };
 

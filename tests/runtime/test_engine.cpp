@@ -4,23 +4,15 @@
 
 #include <atomic>
 
-#include "orchid/backend/cpu/cpu_backend.h"
-#include "orchid/model/model.h"
+#include "../tiny_cpu_model.h"
 #include "orchid/runtime/engine.h"
 #include "orchid/runtime/scheduler.h"
 
 namespace orchid {
 namespace {
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public TinyCpuModel {
  protected:
-  void SetUp() override {
-    auto m = load_model(std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/golden/tiny/mlx4");
-    ASSERT_TRUE(m.ok()) << m.message();
-    model_ = std::move(*m);
-    backend_ = make_cpu_backend(*model_);
-  }
-
   std::vector<int32_t> run(Engine& e, const std::vector<int32_t>& prompt, int n,
                            GenerateResult* res = nullptr, int64_t snapshot_at = 0) {
     GenerateRequest req;
@@ -36,9 +28,6 @@ class EngineTest : public ::testing::Test {
     if (res && r.ok()) *res = *r;
     return out;
   }
-
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Backend> backend_;
 };
 
 // Two conversations interleaved (X1 Y1 X2 Y2 X3 Y3): with two slots each turn after a
