@@ -302,5 +302,10 @@ describe('GET /metrics', () => {
     assert.equal(delta('orchid_http_requests_total', chat200), 4, 'chat 200s');
     assert.equal(delta('orchid_http_requests_total', chat400), 1, 'chat 400s');
     for (const n of names) assert.ok(value(afterTraffic, n) >= 0);
+    // The slots: --parallel 4 by default; the one that served the repeated prompt holds it.
+    assert.equal(value(afterTraffic, 'orchid_slots'), 4);
+    const slots = afterTraffic.families.get('orchid_slot_tokens').samples;
+    assert.equal(slots.length, 4);
+    assert.ok(slots.some((s) => s.value > 0), JSON.stringify(slots));
   });
 });

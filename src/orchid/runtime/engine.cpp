@@ -75,6 +75,12 @@ TokenEvent make_event(std::span<const float> logits, int32_t id, int k) {
 Engine::Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots)
     : backend_(backend), ctx_(ctx), slots_(size_t(std::max(slots, 1))), cache_(cache_bytes) {}
 
+std::vector<int64_t> Engine::slot_tokens() const {
+  std::vector<int64_t> out;
+  for (const Slot& s : slots_) out.push_back(s.state ? s.state->n_past() : -1);
+  return out;
+}
+
 Status Engine::choose_slot(std::span<const int32_t> prompt) {
   int best = -1;
   int64_t best_len = 0;

@@ -66,6 +66,8 @@ class Engine {
 
   int64_t ctx() const { return ctx_; }
   int slots() const { return int(slots_.size()); }
+  // Tokens each slot's state holds (-1: not made yet).
+  std::vector<int64_t> slot_tokens() const;
   const StateCache& cache() const { return cache_; }
 
   // Runs one request. on_token sees each generated token; returning false stops generation

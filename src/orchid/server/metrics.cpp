@@ -105,6 +105,11 @@ void ServerMetrics::count_request(std::string_view route, int status) {
   ++requests_[{std::string(route), status}];
 }
 
+void ServerMetrics::set_slots(std::vector<int64_t> tokens) {
+  std::lock_guard lock(mu_);
+  slot_tokens_ = std::move(tokens);
+}
+
 std::string ServerMetrics::render(size_t queue_depth, bool generating, bool model_loaded) const {
   PrometheusWriter w;
   w.counter("orchid_prompt_tokens_total", "Prompt tokens of finished generation requests.",
@@ -133,8 +138,12 @@ std::string ServerMetrics::render(size_t queue_depth, bool generating, bool mode
             double(cache_misses.load()));
   w.gauge("orchid_state_cache_bytes", "Bytes held by state snapshots.", double(cache_bytes.load()));
   w.gauge("orchid_state_cache_entries", "State snapshots held.", double(cache_entries.load()));
-  w.family("orchid_http_requests_total", "HTTP requests answered, by route and status.", "counter");
   std::lock_guard lock(mu_);
+  w.gauge("orchid_slots", "Live states the engine keeps (--parallel).", double(slot_tokens_.size()));
+  w.family("orchid_slot_tokens", "Tokens held by each slot's state (-1: not made yet).", "gauge");
+  for (size_t i = 0; i < slot_tokens_.size(); ++i)
+    w.sample("orchid_slot_tokens", {{"slot", std::to_string(i)}}, double(slot_tokens_[i]));
+  w.family("orchid_http_requests_total", "HTTP requests answered, by route and status.", "counter");
   for (const auto& [key, n] : requests_)
     w.sample("orchid_http_requests_total",
              {{"route", key.first}, {"status", std::to_string(key.second)}}, double(n));

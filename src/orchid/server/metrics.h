@@ -68,6 +68,8 @@ struct ServerMetrics {
 
   // Counts one answered request by route and HTTP status.
   void count_request(std::string_view route, int status);
+  // The engine's slots after a request: the tokens each live state holds (-1: not made yet).
+  void set_slots(std::vector<int64_t> tokens);
 
   // The whole exposition; the gauges that live elsewhere are passed in.
   std::string render(size_t queue_depth, bool generating, bool model_loaded) const;
@@ -75,6 +77,7 @@ struct ServerMetrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::vector<int64_t> slot_tokens_;
 };
 
 }  // namespace orchid::server

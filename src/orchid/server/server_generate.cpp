@@ -348,6 +348,7 @@ ApiExpected<Server::ChoiceEnd> Server::run_choice(Job& job, ReplyWriter& out,
   metrics_.cache_misses = cache.misses();
   metrics_.cache_bytes = cache.bytes();
   metrics_.cache_entries = int64_t(cache.size());
+  metrics_.set_slots(engine_->slot_tokens());
   if (!res) return ApiError{500, "server_error", res.message(), "", ""};
   if (!failure.ok()) return ApiError{500, "server_error", failure.message(), "", ""};
   // Cut by a shutdown (in prefill, or between tokens): said as such, never as a finish. A job
