@@ -51,8 +51,8 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "most 262144) as far as memory holds it")
       ->check(CLI::Range(int64_t(2), int64_t(1) << 22));
   cmd->add_option("--parallel", o.parallel,
-                  "conversations whose states are kept live at once (each its own KV and "
-                  "recurrent state); requests still run one at a time")
+                  "requests that run at once, each in its own live state (KV and recurrent "
+                  "state), taking turns on the model; also the conversations kept live")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--max-queue", o.max_queue, "requests that may wait for the model (then 503)")

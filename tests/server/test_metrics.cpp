@@ -58,7 +58,7 @@ TEST(Metrics, ServerExpositionIsWellFormed) {
   m.time_to_first_token.observe(0.2);
   m.count_request("/v1/chat/completions", 200);
   m.count_request("/v1/chat/completions", 400);
-  const std::string text = m.render(2, true, true);
+  const std::string text = m.render(2, 1, true);
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.back(), '\n');
   EXPECT_NE(text.find("\norchid_prompt_tokens_total 12\n"), std::string::npos);

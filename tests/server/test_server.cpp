@@ -134,7 +134,8 @@ class ServerTest : public ::testing::Test {
 
   // The servers start on first use, so a test run alone (ctest runs each in its own process)
   // loads only what it needs. Scripted: one reply, with an API key, --ctx 256 and a 1 MiB body
-  // limit; scripted tool calls; the CPU backend with --max-queue 1.
+  // limit; scripted tool calls; the CPU backend with --parallel 1 --max-queue 1 (one request
+  // runs, one waits, a third is refused).
   static int reasoning_port() {
     if (!reasoning_) {
       ServerOptions o = options();
@@ -161,6 +162,7 @@ class ServerTest : public ::testing::Test {
       ServerOptions o = options();
       o.ctx = 4096;
       o.max_queue = 1;
+      o.parallel = 1;
       cpu_ = start_loaded(o, cpu_port_);
     }
     return cpu_port_;
@@ -625,6 +627,55 @@ TEST_F(ServerTest, DisconnectCancelsAndAFullQueueIs503) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_LT(seconds_since(t0), 5.0);
+}
+
+// --parallel 4: four streams run at once, taking turns on the model: each receives tokens
+// before any of them finishes, and each gets the same greedy tokens as when it runs alone.
+TEST_F(ServerTest, ParallelStreamsInterleaveWithTheirOwnTokens) {
+  ServerOptions o = options();
+  o.ctx = 4096;
+  o.parallel = 4;
+  int port = 0;
+  std::unique_ptr<Server> s(start_loaded(o, port));
+  ASSERT_TRUE(s);
+  const auto body = [](int i, bool stream) {
+    return chat_body({{"max_tokens", 40}, {"temperature", 0}, {"stream", stream},
+                      {"messages", OJson::array({{{"role", "user"},
+                                                  {"content", "Story number " + std::to_string(i)}}})}});
+  };
+  std::vector<std::string> alone;
+  for (int i = 0; i < 4; ++i) {
+    auto r = post(port, "/v1/chat/completions", body(i, false).dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    alone.push_back(OJson::parse(r->body)["choices"][0]["message"].dump());
+  }
+  std::vector<std::unique_ptr<RawConnection>> streams;
+  for (int i = 0; i < 4; ++i) {
+    streams.push_back(std::make_unique<RawConnection>(port));
+    ASSERT_TRUE(streams.back()->send(http_post("/v1/chat/completions", body(i, true).dump())));
+  }
+  // Every stream has a content delta before any has its finish_reason.
+  for (auto& c : streams) ASSERT_TRUE(c->read_until("\"content\":\"", 20)) << c->received;
+  for (auto& c : streams) EXPECT_EQ(c->received.find("\"finish_reason\":\"length\""), std::string::npos);
+  for (int i = 0; i < 4; ++i) {
+    RawConnection& c = *streams[size_t(i)];
+    ASSERT_TRUE(c.read_until("data: [DONE]", 60)) << c.received;
+    // The deltas joined: the same message as alone.
+    std::string content, reasoning;
+    for (size_t at = c.received.find("data: {"); at != std::string::npos;
+         at = c.received.find("data: {", at + 1)) {
+      const size_t end = c.received.find("\n\n", at);
+      const OJson chunk = OJson::parse(c.received.substr(at + 6, end - at - 6));
+      if (chunk["choices"].empty()) continue;
+      const OJson& d = chunk["choices"][0]["delta"];
+      content += d.value("content", "");
+      reasoning += d.value("reasoning_content", "");
+    }
+    const OJson want = OJson::parse(alone[size_t(i)]);
+    EXPECT_EQ(content, want.value("content", "")) << i;
+    EXPECT_EQ(reasoning, want.value("reasoning_content", "")) << i;
+  }
 }
 
 TEST_F(ServerTest, NonStreamingDisconnectCancels) {

@@ -70,71 +70,144 @@ TokenEvent make_event(std::span<const float> logits, int32_t id, int k) {
   return ev;
 }
 
+// A turn on the backend for the guard's scope.
+class Turn {
+ public:
+  explicit Turn(TurnLock& l) : l_(l) { l_.lock(); }
+  ~Turn() { l_.unlock(); }
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+
+ private:
+  TurnLock& l_;
+};
+
 }  // namespace
+
+void TurnLock::lock() {
+  std::unique_lock lock(mu_);
+  const uint64_t ticket = next_++;
+  cv_.wait(lock, [&] { return serving_ == ticket; });
+}
+
+void TurnLock::unlock() {
+  {
+    std::lock_guard lock(mu_);
+    ++serving_;
+  }
+  cv_.notify_all();
+}
+
+bool TurnLock::contended() const {
+  std::lock_guard lock(mu_);
+  return next_ - serving_ > 1;
+}
 
 Engine::Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots)
     : backend_(backend), ctx_(ctx), slots_(size_t(std::max(slots, 1))), cache_(cache_bytes) {}
 
+CacheStats Engine::cache_stats() const {
+  std::lock_guard lock(mu_);
+  return {cache_.hits(), cache_.misses(), cache_.bytes(), int64_t(cache_.size())};
+}
+
 std::vector<int64_t> Engine::slot_tokens() const {
+  std::lock_guard lock(mu_);
   std::vector<int64_t> out;
   for (const Slot& s : slots_) out.push_back(s.state ? s.state->n_past() : -1);
   return out;
 }
 
-Status Engine::choose_slot(std::span<const int32_t> prompt) {
+Expected<Engine::Run> Engine::acquire_slot(std::span<const int32_t> prompt) {
   int best = -1;
-  int64_t best_len = 0;
-  for (int s = 0; s < int(slots_.size()); ++s) {
-    if (!slots_[size_t(s)].state) continue;
-    const int64_t len = cache_.longest_prefix(s, prompt);
-    if (len > best_len || (len == best_len && len > 0 && slots_[size_t(s)].used < slots_[size_t(best)].used))
-      best = s, best_len = len;
-  }
-  if (best < 0) {
-    // Nothing cached: an unused slot, else the one that served a request longest ago (its
-    // conversation's snapshots go stale as this one overwrites its rows).
+  bool fresh = false;
+  {
+    std::unique_lock lock(mu_);
+    slot_freed_.wait(lock, [&] {
+      return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
+    });
+    int64_t best_len = 0;
     for (int s = 0; s < int(slots_.size()); ++s) {
-      if (!slots_[size_t(s)].state) {
-        best = s;
-        break;
-      }
-      if (best < 0 || slots_[size_t(s)].used < slots_[size_t(best)].used) best = s;
+      const Slot& sl = slots_[size_t(s)];
+      if (!sl.state || sl.busy) continue;
+      const int64_t len = cache_.longest_prefix(s, prompt);
+      if (len > best_len || (len == best_len && len > 0 && sl.used < slots_[size_t(best)].used))
+        best = s, best_len = len;
     }
+    if (best < 0) {
+      // Nothing cached: an unused slot, else the free one that served a request longest ago
+      // (its conversation's snapshots go stale as this one overwrites its rows).
+      for (int s = 0; s < int(slots_.size()); ++s) {
+        const Slot& sl = slots_[size_t(s)];
+        if (sl.busy) continue;
+        if (!sl.state) {
+          best = s;
+          break;
+        }
+        if (best < 0 || sl.used < slots_[size_t(best)].used) best = s;
+      }
+    }
+    Slot& slot = slots_[size_t(best)];
+    slot.busy = true;
+    slot.used = ++requests_;
+    fresh = !slot.state;
   }
   Slot& slot = slots_[size_t(best)];
-  if (!slot.state) {
+  if (fresh) {
+    Turn turn(turns_);
     auto st = backend_.new_state(ctx_);
-    if (!st) return st.error();
+    if (!st) {
+      release_slot(Run{best, nullptr});
+      return st.error();
+    }
+    std::unique_ptr<StateSnapshot> empty = backend_.snapshot(**st);
+    std::lock_guard lock(mu_);
     slot.state = std::move(*st);
-    slot.empty = backend_.snapshot(*slot.state);
+    slot.empty = std::move(empty);
   }
-  slot.used = ++requests_;
-  slot_ = best;
-  state_ = slot.state.get();
-  return {};
+  return Run{best, slot.state.get()};
 }
 
-Status Engine::prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
-                              GenerateResult& res) {
+void Engine::release_slot(const Run& run) {
+  {
+    std::lock_guard lock(mu_);
+    slots_[size_t(run.slot)].busy = false;
+  }
+  slot_freed_.notify_one();
+}
+
+Status Engine::prefill_prompt(const Run& run, const GenerateRequest& req,
+                              std::vector<float>& logits, GenerateResult& res) {
   std::span<const int32_t> prompt(req.prompt);
-  ORCHID_TRY(choose_slot(prompt.first(prompt.size() - 1)));
   // At least the last prompt token is run: its logits choose the first output token. Every
   // request starts from a restored snapshot, so a state left undefined by a cancelled or failed
   // request is never read.
-  int64_t done =
-      cache_.restore_longest_prefix(backend_, *state_, slot_, prompt.first(prompt.size() - 1));
-  if (done == 0) ORCHID_TRY(backend_.restore(*state_, *slots_[size_t(slot_)].empty));
-  res.cached_tokens = done;
-  const int64_t cut = req.snapshot_at;
-  if (cut > done && cut < int64_t(prompt.size())) {
-    // Cancelled here: returns before the cut is snapshotted.
-    ORCHID_TRY(backend_.forward(*state_, prompt.subspan(size_t(done), size_t(cut - done)),
-                                LogitsMode::last, logits, 0, req.cancelled));
-    cache_.insert(slot_, prompt.first(size_t(cut)), backend_.snapshot(*state_));
-    done = cut;
+  int64_t done = 0;
+  {
+    Turn turn(turns_);
+    std::lock_guard lock(mu_);
+    done = cache_.restore_longest_prefix(backend_, *run.state, run.slot,
+                                         prompt.first(prompt.size() - 1));
+    if (done == 0) ORCHID_TRY(backend_.restore(*run.state, *slots_[size_t(run.slot)].empty));
   }
-  return backend_.forward(*state_, prompt.subspan(size_t(done)), LogitsMode::last, logits, 0,
-                          req.cancelled);
+  res.cached_tokens = done;
+  // The rest in turns of at most kTurnPrefill tokens, stopping at the snapshot cut (a
+  // cancellation returns before the cut is snapshotted).
+  const int64_t n = int64_t(prompt.size()), cut = req.snapshot_at;
+  while (done < n) {
+    int64_t end = std::min(n, done + kTurnPrefill);
+    const bool at_cut = cut > done && cut < end;
+    if (at_cut) end = cut;
+    Turn turn(turns_);
+    ORCHID_TRY(backend_.forward(*run.state, prompt.subspan(size_t(done), size_t(end - done)),
+                                LogitsMode::last, logits, 0, req.cancelled));
+    if (at_cut || (end == cut && cut < n)) {
+      std::lock_guard lock(mu_);
+      cache_.insert(run.slot, prompt.first(size_t(cut)), backend_.snapshot(*run.state));
+    }
+    done = end;
+  }
+  return {};
 }
 
 bool Engine::device_decodable(const GenerateRequest& req) const {
@@ -148,9 +221,10 @@ bool Engine::device_decodable(const GenerateRequest& req) const {
   return s.greedy || s.temperature <= 0.f || (s.top_k == 0 && s.top_p >= 1.f && s.min_p <= 0.f);
 }
 
-Status Engine::decode_on_device(const GenerateRequest& req, int32_t first, int picks,
-                                const std::function<bool(const TokenEvent&)>& on_token,
-                                GenerateResult& res, std::vector<int32_t>& history) {
+Status Engine::decode_on_device(const Run& run, const GenerateRequest& req, int32_t first,
+                                int picks, const std::function<bool(const TokenEvent&)>& on_token,
+                                GenerateResult& res, std::vector<int32_t>& history,
+                                int32_t* last) {
   DeviceDecodeOptions opts;
   opts.stop_ids = req.stop_ids;
   const SamplerParams& s = req.sampler;
@@ -158,12 +232,13 @@ Status Engine::decode_on_device(const GenerateRequest& req, int32_t first, int p
   opts.seed = s.seed;
   int seen = 0;
   bool caller_stopped = false, cancelled = false;
-  auto consumed = backend_.decode_on_device(*state_, first, picks, opts, [&](int32_t id) {
+  auto consumed = backend_.decode_on_device(*run.state, first, picks, opts, [&](int32_t id) {
     if (cancel_requested(req.cancelled)) {
       cancelled = true;  // this pick is not shown: the caller has gone
       return false;
     }
     ++seen;
+    *last = id;
     ++res.completion_tokens;
     TokenEvent ev;
     ev.id = id;
@@ -175,15 +250,15 @@ Status Engine::decode_on_device(const GenerateRequest& req, int32_t first, int p
     res.finish_reason = "cancelled";
   else if (caller_stopped || seen < picks)
     res.finish_reason = "stop";  // a stop id, or the caller
-  // What the state holds: the prompt, then every token the device consumed (it may have run a
-  // step past the last one shown to the caller).
-  history.resize(size_t(res.prompt_tokens));
+  // What the state holds: what it held, then every token the device consumed from `first` on
+  // (it may have run a step past the last one shown to the caller).
+  history.pop_back();
   history.insert(history.end(), consumed->begin(), consumed->end());
   return {};
 }
 
 Status Engine::decode_constrained_on_device(
-    const GenerateRequest& req, int32_t first, int picks,
+    const Run& run, const GenerateRequest& req, int32_t first, int picks,
     const std::function<bool(const TokenEvent&)>& on_token, GenerateResult& res,
     std::vector<int32_t>& history) {
   DeviceDecodeOptions opts;
@@ -196,7 +271,11 @@ Status Engine::decode_constrained_on_device(
       res.finish_reason = "cancelled";
       return {};
     }
-    auto id = backend_.step_and_pick(*state_, fed, req.constraint->allowed(picks - k), opts);
+    const std::vector<uint32_t>* allowed = req.constraint->allowed(picks - k);
+    Expected<int32_t> id = [&] {
+      Turn turn(turns_);
+      return backend_.step_and_pick(*run.state, fed, allowed, opts);
+    }();
     if (!id) return id.error();
     if (std::find(req.stop_ids.begin(), req.stop_ids.end(), *id) != req.stop_ids.end()) {
       res.finish_reason = "stop";
@@ -220,17 +299,27 @@ Status Engine::decode_constrained_on_device(
 
 Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
                                           const std::function<bool(const TokenEvent&)>& on_token) {
-  GenerateResult res;
-  res.prompt_tokens = int64_t(req.prompt.size());
   if (req.prompt.empty()) return err("the prompt is empty");
-  if (res.prompt_tokens + 1 > ctx_)
-    return err("the prompt has ", res.prompt_tokens, " tokens; the context holds ", ctx_);
+  if (int64_t(req.prompt.size()) + 1 > ctx_)
+    return err("the prompt has ", req.prompt.size(), " tokens; the context holds ", ctx_);
   for (int32_t id : req.prompt)
     if (id < 0 || id >= backend_.n_vocab())
       return err("prompt token id ", id, " is outside the vocabulary");
+  auto run = acquire_slot(std::span<const int32_t>(req.prompt).first(req.prompt.size() - 1));
+  if (!run) return run.error();
+  auto res = generate_in(*run, req, on_token);
+  release_slot(*run);
+  return res;
+}
+
+Expected<GenerateResult> Engine::generate_in(
+    const Run& run, const GenerateRequest& req,
+    const std::function<bool(const TokenEvent&)>& on_token) {
+  GenerateResult res;
+  res.prompt_tokens = int64_t(req.prompt.size());
   std::vector<float> logits, masked;
   auto t0 = Clock::now();
-  const Status prefilled = prefill_prompt(req, logits, res);
+  const Status prefilled = prefill_prompt(run, req, logits, res);
   res.prefill_seconds = since(t0);
   if (prefilled.cancelled()) {
     res.finish_reason = "cancelled";
@@ -274,15 +363,29 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
     if (i + 1 == max_new) break;
     if (on_device && req.constraint) {
       // The host computes each mask from the last pick; the device applies it as it picks.
-      ORCHID_TRY(decode_constrained_on_device(req, id, max_new - i - 1, on_token, res, history));
+      ORCHID_TRY(
+          decode_constrained_on_device(run, req, id, max_new - i - 1, on_token, res, history));
       break;
     }
     if (on_device) {
-      // The rest on the device: each pick feeds the next step there; the host only watches.
-      ORCHID_TRY(decode_on_device(req, id, max_new - i - 1, on_token, res, history));
+      // The rest on the device, in bursts of picks: each pick feeds the next step there and the
+      // host only watches; between bursts other requests take their turns.
+      int32_t first = id;
+      for (int left = max_new - i - 1; left > 0 && res.finish_reason == "length";) {
+        const int burst = std::min(left, kTurnBurst);
+        int32_t last = first;
+        {
+          Turn turn(turns_);
+          ORCHID_TRY(decode_on_device(run, req, first, burst, on_token, res, history, &last));
+        }
+        left -= burst;
+        first = last;
+        if (left > 0 && res.finish_reason == "length") history.push_back(first);
+      }
       break;
     }
-    const Status stepped = backend_.forward(*state_, std::span<const int32_t>(&id, 1),
+    Turn turn(turns_);
+    const Status stepped = backend_.forward(*run.state, std::span<const int32_t>(&id, 1),
                                             LogitsMode::last, logits, 0, req.cancelled);
     if (stepped.cancelled()) {
       res.finish_reason = "cancelled";
@@ -295,8 +398,11 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
   if (res.finish_reason == "cancelled") return res;
   // The state now holds history minus (possibly) the last sampled token, which was never
   // fed back; keep a snapshot of exactly what it holds.
-  history.resize(size_t(state_->n_past()));
-  cache_.insert(slot_, history, backend_.snapshot(*state_));
+  Turn turn(turns_);
+  history.resize(size_t(run.state->n_past()));
+  std::unique_ptr<StateSnapshot> snap = backend_.snapshot(*run.state);
+  std::lock_guard lock(mu_);
+  cache_.insert(run.slot, history, std::move(snap));
   return res;
 }
 

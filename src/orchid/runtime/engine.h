@@ -1,13 +1,18 @@
-// The engine: one model, a few live states (slots), requests run one at a time. Each slot holds
-// one conversation's KV rows and recurrent state; a request goes to the slot whose cached
-// snapshots cover the longest prefix of its prompt (else the least recently used one), so
-// several conversations interleaved keep their states. It owns the backend, the multi-turn
-// state cache and the decode loop with sampling, penalties and logprobs; text (templates, stop
-// strings, parsing) stays with the caller.
+// The engine: one model, a few live states (slots). Each slot holds one conversation's KV rows
+// and recurrent state; a request goes to the free slot whose cached snapshots cover the longest
+// prefix of its prompt (else the least recently used one), so several conversations
+// interleaved keep their states. Requests on different threads run at once, one per slot:
+// they take turns on the backend in arrival order, a turn being a prefill chunk of at most
+// kTurnPrefill tokens, one decode step, or a burst of kTurnBurst on-device picks (no batching
+// across slots yet). It owns the backend, the multi-turn state cache and the decode loop with
+// sampling, penalties and logprobs; text (templates, stop strings, parsing) stays with the
+// caller.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <span>
 #include <string>
@@ -58,59 +63,95 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// Requests take turns on the backend in the order they asked (a ticket lock).
+class TurnLock {
+ public:
+  void lock();
+  void unlock();
+  bool contended() const;  // someone else is waiting for a turn
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t next_ = 0, serving_ = 0;
+};
+
+struct CacheStats {
+  int64_t hits = 0, misses = 0, bytes = 0, entries = 0;
+};
+
 class Engine {
  public:
+  static constexpr int64_t kTurnPrefill = 8192;
+  static constexpr int kTurnBurst = 32;
+
   // PRECONDITION: backend outlives the engine. ctx: most tokens a request may hold. slots:
   // live states, each made on first use (ctx tokens each).
   Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots = 1);
 
   int64_t ctx() const { return ctx_; }
+  CacheStats cache_stats() const;
   int slots() const { return int(slots_.size()); }
   // Tokens each slot's state holds (-1: not made yet).
   std::vector<int64_t> slot_tokens() const;
+  // Not while requests run (tests).
   const StateCache& cache() const { return cache_; }
 
-  // Runs one request. on_token sees each generated token; returning false stops generation
-  // (finish_reason "stop"). A prompt that does not fit the context is an error, up front.
+  // Runs one request (thread-safe: requests on several threads share the backend by turns;
+  // one waiting for a free slot waits). on_token sees each generated token; returning false
+  // stops generation (finish_reason "stop"). A prompt that does not fit the context is an
+  // error, up front.
   // A cancelled request (req.cancelled) is not an error: it returns what was done, and keeps no
   // snapshot of its end in the cache (only the snapshot_at cut, if its prefill got past it).
   Expected<GenerateResult> generate(const GenerateRequest& req,
                                     const std::function<bool(const TokenEvent&)>& on_token);
 
  private:
+  // A request's slot while it runs.
+  struct Run {
+    int slot = 0;
+    BackendState* state = nullptr;
+  };
   // Whether the rest of a request can be decoded with the next token chosen on the device
   // (greedy or plain temperature sampling, no penalties, no logprobs; ORCHID_DEVICE_DECODE=0
   // turns it off).
   bool device_decodable(const GenerateRequest& req) const;
   // Up to `picks` tokens after `first`, one step at a time with the constraint's mask applied
   // by the device's pick; history (which ends with `first`) grows by each token fed.
-  Status decode_constrained_on_device(const GenerateRequest& req, int32_t first, int picks,
+  Status decode_constrained_on_device(const Run& run, const GenerateRequest& req, int32_t first,
+                                      int picks,
                                       const std::function<bool(const TokenEvent&)>& on_token,
                                       GenerateResult& res, std::vector<int32_t>& history);
-  // Up to `picks` tokens after `first` on the device; history becomes what the state holds.
-  Status decode_on_device(const GenerateRequest& req, int32_t first, int picks,
+  // Up to `picks` tokens after `first` on the device in one turn; history (which ends with
+  // `first`) becomes what the state holds; *last: the last pick shown (fed by the next call).
+  Status decode_on_device(const Run& run, const GenerateRequest& req, int32_t first, int picks,
                           const std::function<bool(const TokenEvent&)>& on_token,
-                          GenerateResult& res, std::vector<int32_t>& history);
-  // The slot for a prompt: the one whose cache covers most of it, else an unused one, else the
-  // least recently used; its state made if it is new. Sets slot_ and state_.
-  Status choose_slot(std::span<const int32_t> prompt);
+                          GenerateResult& res, std::vector<int32_t>& history, int32_t* last);
+  // The slot for a prompt: the free one whose cache covers most of it, else an unused one, else
+  // the least recently used free one (waiting while none is free); its state made if new.
+  Expected<Run> acquire_slot(std::span<const int32_t> prompt);
+  void release_slot(const Run& run);
   // Restores the longest cached prefix (or the empty state) and runs the rest of the prompt;
   // a cancellation comes back as an error with cancelled() set, the live state then undefined.
-  Status prefill_prompt(const GenerateRequest& req, std::vector<float>& logits,
+  Status prefill_prompt(const Run& run, const GenerateRequest& req, std::vector<float>& logits,
                         GenerateResult& res);
+  Expected<GenerateResult> generate_in(const Run& run, const GenerateRequest& req,
+                                       const std::function<bool(const TokenEvent&)>& on_token);
 
   struct Slot {
     std::unique_ptr<BackendState> state;  // made on first use
     std::unique_ptr<StateSnapshot> empty;  // the state before any token
     uint64_t used = 0;                     // when it last served a request (a counter)
+    bool busy = false;                     // a request runs in it
   };
 
   Backend& backend_;
   int64_t ctx_;
+  TurnLock turns_;
+  mutable std::mutex mu_;  // guards slots_, requests_ and cache_ (taken inside a turn, never around one)
+  std::condition_variable slot_freed_;
   std::vector<Slot> slots_;
   uint64_t requests_ = 0;
-  int slot_ = 0;                      // the current request's slot
-  BackendState* state_ = nullptr;     // its state
   StateCache cache_;
 };
 

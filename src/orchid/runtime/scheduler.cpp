@@ -1,10 +1,12 @@
-// Scheduler: a mutex-guarded deque drained by one worker thread.
+// Scheduler: a mutex-guarded deque drained by a few worker threads.
 #include "orchid/runtime/scheduler.h"
+
+#include <algorithm>
 
 namespace orchid {
 
-Scheduler::Scheduler(size_t max_queued) : max_queued_(max_queued) {
-  worker_ = std::thread([this] { loop(); });
+Scheduler::Scheduler(size_t max_queued, int workers) : max_queued_(max_queued) {
+  for (int i = 0; i < std::max(workers, 1); ++i) workers_.emplace_back([this] { loop(); });
 }
 
 Scheduler::~Scheduler() { shutdown(); }
@@ -26,6 +28,11 @@ size_t Scheduler::queued() const {
 
 bool Scheduler::busy() const {
   std::lock_guard lock(mu_);
+  return running_ > 0;
+}
+
+int Scheduler::running() const {
+  std::lock_guard lock(mu_);
   return running_;
 }
 
@@ -34,8 +41,9 @@ void Scheduler::shutdown() {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_one();
-  if (worker_.joinable()) worker_.join();
+  cv_.notify_all();
+  for (std::thread& w : workers_)
+    if (w.joinable()) w.join();
 }
 
 void Scheduler::loop() {
@@ -49,11 +57,11 @@ void Scheduler::loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
       cancelled = stopping_;
-      running_ = true;
+      ++running_;
     }
     job(cancelled);
     std::lock_guard lock(mu_);
-    running_ = false;
+    --running_;
   }
 }
 

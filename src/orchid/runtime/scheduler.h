@@ -1,5 +1,5 @@
-// Runs jobs one at a time, in arrival order, on one worker thread, through a bounded queue
-// (batch 1 is the product's focus: one request owns the model while it runs).
+// Runs jobs in arrival order on `workers` threads (the engine's slots: each running job owns one
+// and the engine interleaves their steps), through a bounded queue of waiting jobs.
 #pragma once
 
 #include <condition_variable>
@@ -8,13 +8,14 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace orchid {
 
 class Scheduler {
  public:
-  explicit Scheduler(size_t max_queued);
-  ~Scheduler();  // stops after the running job; queued jobs are run with cancelled = true
+  explicit Scheduler(size_t max_queued, int workers = 1);
+  ~Scheduler();  // stops after the running jobs; queued jobs are run with cancelled = true
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -22,8 +23,9 @@ class Scheduler {
   using Job = std::function<void(bool cancelled)>;
   // Queues a job; false when max_queued jobs already wait (the caller answers 503).
   bool submit(Job job);
-  size_t queued() const;  // waiting, not counting the running one
+  size_t queued() const;  // waiting, not counting the running ones
   bool busy() const;      // a job is running
+  int running() const;    // jobs running
   // Stop taking jobs; queued ones run cancelled; returns when the worker has ended.
   void shutdown();
 
@@ -34,9 +36,9 @@ class Scheduler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
-  bool running_ = false;
+  int running_ = 0;
   bool stopping_ = false;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace orchid

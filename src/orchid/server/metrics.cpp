@@ -110,7 +110,7 @@ void ServerMetrics::set_slots(std::vector<int64_t> tokens) {
   slot_tokens_ = std::move(tokens);
 }
 
-std::string ServerMetrics::render(size_t queue_depth, bool generating, bool model_loaded) const {
+std::string ServerMetrics::render(size_t queue_depth, int running, bool model_loaded) const {
   PrometheusWriter w;
   w.counter("orchid_prompt_tokens_total", "Prompt tokens of finished generation requests.",
             double(prompt_tokens.load()));
@@ -128,8 +128,9 @@ std::string ServerMetrics::render(size_t queue_depth, bool generating, bool mode
               "Time from a generation request's arrival to its last token.",
               request_duration.snapshot());
   w.gauge("orchid_queue_depth", "Generation requests waiting for the model.", double(queue_depth));
-  w.gauge("orchid_requests_running", "Generation requests running on the model (0 or 1).",
-          generating ? 1 : 0);
+  w.gauge("orchid_requests_running",
+          "Generation requests running on the model (at most --parallel, taking turns).",
+          double(running));
   w.gauge("orchid_model_loaded", "1 once the model is loaded.", model_loaded ? 1 : 0);
   w.counter("orchid_state_cache_hits_total",
             "Requests that restored a cached state snapshot (multi-turn reuse).",

@@ -72,7 +72,7 @@ struct ServerMetrics {
   void set_slots(std::vector<int64_t> tokens);
 
   // The whole exposition; the gauges that live elsewhere are passed in.
-  std::string render(size_t queue_depth, bool generating, bool model_loaded) const;
+  std::string render(size_t queue_depth, int running, bool model_loaded) const;
 
  private:
   mutable std::mutex mu_;

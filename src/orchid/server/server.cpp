@@ -106,7 +106,7 @@ HttpServerOptions Server::http_options() {
 }
 
 Server::Server(ServerOptions opts)
-    : opts_(std::move(opts)), http_(http_options()), scheduler_(opts_.max_queue) {
+    : opts_(std::move(opts)), http_(http_options()), scheduler_(opts_.max_queue, opts_.parallel) {
   model_name_ = opts_.model_name.empty() ? dir_name(opts_.model_dir) : opts_.model_name;
   created_ = int64_t(std::time(nullptr));
 }
@@ -375,7 +375,7 @@ HttpResponse Server::handle_model(const HttpRequest& req) const {
 HttpResponse Server::handle_metrics() const {
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = metrics_.render(scheduler_.queued(), scheduler_.busy(), state_ == LoadState::ready);
+  r.body = metrics_.render(scheduler_.queued(), scheduler_.running(), state_ == LoadState::ready);
   return r;
 }
 

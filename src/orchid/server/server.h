@@ -1,6 +1,7 @@
 // `orchid serve`: the OpenAI-compatible HTTP server around one model. The socket opens first,
 // the model loads on a background thread (GET /health: 503, then 200), and generation
-// requests run one at a time in arrival order through the Scheduler (a full queue is a 503).
+// requests run in arrival order through the Scheduler, up to --parallel at once, each in its
+// own engine slot, taking turns on the model (a full queue is a 503).
 // Each request's text path: chat template (twice: the cut where the generation prompt begins
 // is the engine's snapshot point) → tokenizer → Engine → streaming detokenizer → stop strings
 // → output parser (reasoning / tool calls) → OpenAI JSON or SSE chunks. Endpoints and
@@ -43,8 +44,9 @@ struct ServerOptions {
   // up to the model's max_position_embeddings (at most 262,144), chosen at load.
   int64_t ctx = 0;
   size_t max_queue = 16;  // requests waiting behind the running one
-  // Live states (slots): conversations whose states the server keeps at once, so interleaved
-  // conversations each resume from their own (requests still run one at a time).
+  // Live states (slots): requests that run at once (taking turns on the model, token by token)
+  // and conversations whose states the server keeps, so interleaved conversations each resume
+  // from their own.
   int parallel = 4;
   size_t max_body_bytes = 8 << 20;  // larger bodies: 413
   int64_t state_cache_bytes = int64_t(1024) << 20;

@@ -343,11 +343,11 @@ ApiExpected<Server::ChoiceEnd> Server::run_choice(Job& job, ReplyWriter& out,
   };
 
   auto res = engine_->generate(job.request, on_token);
-  const StateCache& cache = engine_->cache();
-  metrics_.cache_hits = cache.hits();
-  metrics_.cache_misses = cache.misses();
-  metrics_.cache_bytes = cache.bytes();
-  metrics_.cache_entries = int64_t(cache.size());
+  const CacheStats cache = engine_->cache_stats();
+  metrics_.cache_hits = cache.hits;
+  metrics_.cache_misses = cache.misses;
+  metrics_.cache_bytes = cache.bytes;
+  metrics_.cache_entries = cache.entries;
   metrics_.set_slots(engine_->slot_tokens());
   if (!res) return ApiError{500, "server_error", res.message(), "", ""};
   if (!failure.ok()) return ApiError{500, "server_error", failure.message(), "", ""};
