@@ -147,7 +147,8 @@ test('the state cache stays within --state-cache-mb under load', { timeout: 6000
 });
 
 test('--max-queue 1: overflowing requests get 503 in the error shape, the rest succeed', { timeout: 90000 }, async () => {
-  const small = await startServer({ modelDir, backend: 'cpu', maxQueue: 1 });
+  // --parallel 1: one request runs at a time, so the queue fills.
+  const small = await startServer({ modelDir, backend: 'cpu', maxQueue: 1, extraArgs: ['--parallel', '1'] });
   try {
     const N = 6;
     const body = { model, messages: [{ role: 'user', content: 'count to a hundred' }], max_tokens: 24, temperature: 0 };
