@@ -629,12 +629,13 @@ TEST_F(ServerTest, DisconnectCancelsAndAFullQueueIs503) {
   EXPECT_LT(seconds_since(t0), 5.0);
 }
 
-// --parallel 4: four streams run at once, taking turns on the model: each receives tokens
+// --parallel 8: eight streams run at once, taking turns on the model: each receives tokens
 // before any of them finishes, and each gets the same greedy tokens as when it runs alone.
 TEST_F(ServerTest, ParallelStreamsInterleaveWithTheirOwnTokens) {
+  constexpr int kStreams = 8;
   ServerOptions o = options();
   o.ctx = 4096;
-  o.parallel = 4;
+  o.parallel = kStreams;
   int port = 0;
   std::unique_ptr<Server> s(start_loaded(o, port));
   ASSERT_TRUE(s);
@@ -644,21 +645,21 @@ TEST_F(ServerTest, ParallelStreamsInterleaveWithTheirOwnTokens) {
                                                   {"content", "Story number " + std::to_string(i)}}})}});
   };
   std::vector<std::string> alone;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kStreams; ++i) {
     auto r = post(port, "/v1/chat/completions", body(i, false).dump());
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     alone.push_back(OJson::parse(r->body)["choices"][0]["message"].dump());
   }
   std::vector<std::unique_ptr<RawConnection>> streams;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kStreams; ++i) {
     streams.push_back(std::make_unique<RawConnection>(port));
     ASSERT_TRUE(streams.back()->send(http_post("/v1/chat/completions", body(i, true).dump())));
   }
   // Every stream has a content delta before any has its finish_reason.
   for (auto& c : streams) ASSERT_TRUE(c->read_until("\"content\":\"", 20)) << c->received;
   for (auto& c : streams) EXPECT_EQ(c->received.find("\"finish_reason\":\"length\""), std::string::npos);
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kStreams; ++i) {
     RawConnection& c = *streams[size_t(i)];
     ASSERT_TRUE(c.read_until("data: [DONE]", 60)) << c.received;
     // The deltas joined: the same message as alone.
