@@ -114,7 +114,7 @@ CacheStats Engine::cache_stats() const {
 std::vector<int64_t> Engine::slot_tokens() const {
   std::lock_guard lock(mu_);
   std::vector<int64_t> out;
-  for (const Slot& s : slots_) out.push_back(s.state ? s.state->n_past() : -1);
+  for (const Slot& s : slots_) out.push_back(s.tokens);
   return out;
 }
 
@@ -307,9 +307,13 @@ Expected<GenerateResult> Engine::generate(const GenerateRequest& req,
       return err("prompt token id ", id, " is outside the vocabulary");
   auto run = acquire_slot(std::span<const int32_t>(req.prompt).first(req.prompt.size() - 1));
   if (!run) return run.error();
-  auto res = generate_in(*run, req, on_token);
-  release_slot(*run);
-  return res;
+  // The slot is freed however the request ends (an exception included).
+  struct Release {
+    Engine* e;
+    Run r;
+    ~Release() { e->release_slot(r); }
+  } release{this, *run};
+  return generate_in(*run, req, on_token);
 }
 
 Expected<GenerateResult> Engine::generate_in(
@@ -403,6 +407,7 @@ Expected<GenerateResult> Engine::generate_in(
   std::unique_ptr<StateSnapshot> snap = backend_.snapshot(*run.state);
   std::lock_guard lock(mu_);
   cache_.insert(run.slot, history, std::move(snap));
+  slots_[size_t(run.slot)].tokens = int64_t(history.size());
   return res;
 }
 

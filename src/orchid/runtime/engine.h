@@ -143,6 +143,7 @@ class Engine {
     std::unique_ptr<StateSnapshot> empty;  // the state before any token
     uint64_t used = 0;                     // when it last served a request (a counter)
     bool busy = false;                     // a request runs in it
+    int64_t tokens = -1;                   // what its state held after its last request
   };
 
   Backend& backend_;
