@@ -307,5 +307,8 @@ describe('GET /metrics', () => {
     const slots = afterTraffic.families.get('orchid_slot_tokens').samples;
     assert.equal(slots.length, 4);
     assert.ok(slots.some((s) => s.value > 0), JSON.stringify(slots));
+    // The CPU backend picks on the host: no bursts of the batched on-device decode.
+    for (const n of ['orchid_decode_bursts_total', 'orchid_decode_burst_lanes_total', 'orchid_decode_max_lanes'])
+      assert.equal(value(afterTraffic, n), 0, n);
   });
 });

@@ -45,6 +45,17 @@ struct DeviceDecodeOptions {
   uint64_t seed = 0;
 };
 
+// One sequence of a batched decode (Backend::decode_batch): decode_on_device's arguments and
+// result, per lane.
+struct DecodeLane {
+  BackendState* state = nullptr;
+  int32_t token = 0;  // fed first
+  int max_new = 0;    // picks at most
+  DeviceDecodeOptions opts;
+  std::function<bool(int32_t)> on_token;  // sees each pick; false ends the lane
+  std::vector<int32_t> consumed;          // out: what decode_on_device returns
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -80,6 +91,18 @@ class Backend {
       BackendState& state, int32_t token, int max_new, const DeviceDecodeOptions& opts,
       const std::function<bool(int32_t)>& on_token) {
     return err(name(), " backend: no on-device decoding");
+  }
+  // Decodes several states at once: every step advances each lane that has not ended by one
+  // token (a stop id, on_token returning false or max_new picks end a lane), so that the weights
+  // are read once a step for all of them. Each lane gets exactly the picks decode_on_device would
+  // give it alone. The default runs the lanes one after the other.
+  virtual Status decode_batch(std::span<DecodeLane> lanes) {
+    for (DecodeLane& l : lanes) {
+      auto c = decode_on_device(*l.state, l.token, l.max_new, l.opts, l.on_token);
+      if (!c) return c.error();
+      l.consumed = std::move(*c);
+    }
+    return {};
   }
   // One decode step with the pick on the device, for constrained decoding (the host must see
   // each id before it can say which tokens may follow): feeds `token`, then picks the next id

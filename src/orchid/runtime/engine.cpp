@@ -221,40 +221,125 @@ bool Engine::device_decodable(const GenerateRequest& req) const {
   return s.greedy || s.temperature <= 0.f || (s.top_k == 0 && s.top_p >= 1.f && s.min_p <= 0.f);
 }
 
-Status Engine::decode_on_device(const Run& run, const GenerateRequest& req, int32_t first,
-                                int picks, const std::function<bool(const TokenEvent&)>& on_token,
-                                GenerateResult& res, std::vector<int32_t>& history,
-                                int32_t* last) {
-  DeviceDecodeOptions opts;
-  opts.stop_ids = req.stop_ids;
-  const SamplerParams& s = req.sampler;
-  opts.temperature = s.greedy || s.temperature <= 0.f ? 0.f : s.temperature;
-  opts.seed = s.seed;
-  int seen = 0;
-  bool caller_stopped = false, cancelled = false;
-  auto consumed = backend_.decode_on_device(*run.state, first, picks, opts, [&](int32_t id) {
-    if (cancel_requested(req.cancelled)) {
-      cancelled = true;  // this pick is not shown: the caller has gone
-      return false;
+struct Engine::Lane {
+  BackendState* state = nullptr;
+  const GenerateRequest* req = nullptr;
+  const std::function<bool(const TokenEvent&)>* on_token = nullptr;
+  GenerateResult* res = nullptr;
+  std::vector<int32_t>* history = nullptr;  // ends with `next`
+  int32_t next = 0;                         // fed first by the next burst
+  int left = 0;                             // picks still allowed
+  bool finished = false;
+  Status status;
+};
+
+BatchStats Engine::batch_stats() const {
+  std::lock_guard lock(lanes_mu_);
+  return batch_stats_;
+}
+
+std::vector<std::optional<Status>> Engine::run_burst(const std::vector<Lane*>& batch) {
+  struct Seen {
+    int shown = 0;
+    int32_t last = 0;
+    bool caller_stopped = false, cancelled = false;
+  };
+  std::vector<Seen> seen(batch.size());
+  std::vector<DecodeLane> lanes(batch.size());
+  std::vector<int> burst(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Lane& l = *batch[i];
+    const SamplerParams& s = l.req->sampler;
+    DecodeLane& d = lanes[i];
+    d.state = l.state;
+    d.token = l.next;
+    d.max_new = burst[i] = std::min(l.left, kTurnBurst);
+    d.opts.stop_ids = l.req->stop_ids;
+    d.opts.temperature = s.greedy || s.temperature <= 0.f ? 0.f : s.temperature;
+    d.opts.seed = s.seed;
+    d.on_token = [&l, &sn = seen[i]](int32_t id) {
+      if (cancel_requested(l.req->cancelled)) {
+        sn.cancelled = true;  // this pick is not shown: the caller has gone
+        return false;
+      }
+      ++sn.shown;
+      sn.last = id;
+      ++l.res->completion_tokens;
+      TokenEvent ev;
+      ev.id = id;
+      if (!(*l.on_token)(ev)) sn.caller_stopped = true;
+      return !sn.caller_stopped;
+    };
+  }
+  Status st;
+  {
+    Turn turn(turns_);
+    st = backend_.decode_batch(lanes);
+  }
+  // Per lane: how it ended (OK or an error), nothing while it goes on.
+  std::vector<std::optional<Status>> ended(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Lane& l = *batch[i];
+    const Seen& sn = seen[i];
+    if (!st.ok()) {
+      ended[i] = st;
+      continue;
     }
-    ++seen;
-    *last = id;
-    ++res.completion_tokens;
-    TokenEvent ev;
-    ev.id = id;
-    if (!on_token(ev)) caller_stopped = true;
-    return !caller_stopped;
-  });
-  if (!consumed) return consumed.error();
-  if (cancelled)
-    res.finish_reason = "cancelled";
-  else if (caller_stopped || seen < picks)
-    res.finish_reason = "stop";  // a stop id, or the caller
-  // What the state holds: what it held, then every token the device consumed from `first` on
-  // (it may have run a step past the last one shown to the caller).
-  history.pop_back();
-  history.insert(history.end(), consumed->begin(), consumed->end());
-  return {};
+    if (sn.cancelled)
+      l.res->finish_reason = "cancelled";
+    else if (sn.caller_stopped || sn.shown < burst[i])
+      l.res->finish_reason = "stop";  // a stop id, or the caller
+    // What the state holds: what it held, then every token the device consumed from `next` on
+    // (it may have run a step past the last one shown to the caller).
+    l.history->pop_back();
+    l.history->insert(l.history->end(), lanes[i].consumed.begin(), lanes[i].consumed.end());
+    l.left -= burst[i];
+    if (l.left > 0 && l.res->finish_reason == "length") {
+      l.next = sn.last;
+      l.history->push_back(l.next);
+    } else {
+      ended[i] = Status();
+    }
+  }
+  return ended;
+}
+
+Status Engine::decode_in_batch(Lane& lane) {
+  std::unique_lock lock(lanes_mu_);
+  joining_.push_back(&lane);
+  lanes_cv_.notify_all();
+  while (!lane.finished) {
+    if (driving_) {
+      lanes_cv_.wait(lock);
+      continue;
+    }
+    // Drive: a burst for every lane in the batch (joiners enter between bursts) until this
+    // thread's own lane ends; then another waiting thread takes over.
+    driving_ = true;
+    while (!lane.finished) {
+      batch_.insert(batch_.end(), joining_.begin(), joining_.end());
+      joining_.clear();
+      const std::vector<Lane*> batch = batch_;
+      ++batch_stats_.bursts;
+      batch_stats_.lanes += int64_t(batch.size());
+      batch_stats_.max_lanes = std::max(batch_stats_.max_lanes, int64_t(batch.size()));
+      lock.unlock();
+      std::vector<std::optional<Status>> ended;
+      try {
+        ended = run_burst(batch);
+      } catch (...) {  // a caller's callback threw: end the burst's lanes, keep the engine up
+        ended.assign(batch.size(), Status(err("decoding failed: an exception in the burst")));
+      }
+      lock.lock();
+      for (size_t i = 0; i < batch.size(); ++i)
+        if (ended[i]) batch[i]->status = *ended[i], batch[i]->finished = true;
+      std::erase_if(batch_, [](const Lane* l) { return l->finished; });
+      lanes_cv_.notify_all();  // the ended lanes' threads
+    }
+    driving_ = false;
+    lanes_cv_.notify_all();  // someone else drives the rest
+  }
+  return lane.status;
 }
 
 Status Engine::decode_constrained_on_device(
@@ -372,20 +457,12 @@ Expected<GenerateResult> Engine::generate_in(
       break;
     }
     if (on_device) {
-      // The rest on the device, in bursts of picks: each pick feeds the next step there and the
-      // host only watches; between bursts other requests take their turns.
-      int32_t first = id;
-      for (int left = max_new - i - 1; left > 0 && res.finish_reason == "length";) {
-        const int burst = std::min(left, kTurnBurst);
-        int32_t last = first;
-        {
-          Turn turn(turns_);
-          ORCHID_TRY(decode_on_device(run, req, first, burst, on_token, res, history, &last));
-        }
-        left -= burst;
-        first = last;
-        if (left > 0 && res.finish_reason == "length") history.push_back(first);
-      }
+      // The rest on the device, batched with every other request decoding there: each pick
+      // feeds the next step on the device and the host only watches.
+      Lane lane;
+      lane.state = run.state, lane.req = &req, lane.on_token = &on_token, lane.res = &res;
+      lane.history = &history, lane.next = id, lane.left = max_new - i - 1;
+      ORCHID_TRY(decode_in_batch(lane));
       break;
     }
     Turn turn(turns_);

@@ -3,8 +3,9 @@
 // prefix of its prompt (else the least recently used one), so several conversations
 // interleaved keep their states. Requests on different threads run at once, one per slot:
 // they take turns on the backend in arrival order, a turn being a prefill chunk of at most
-// kTurnPrefill tokens, one decode step, or a burst of kTurnBurst on-device picks (no batching
-// across slots yet). It owns the backend, the multi-turn state cache and the decode loop with
+// kTurnPrefill tokens, one decode step, or a burst of up to kTurnBurst on-device picks for
+// every request decoding on the device at once (one batch: each step reads the weights once for
+// all of them). It owns the backend, the multi-turn state cache and the decode loop with
 // sampling, penalties and logprobs; text (templates, stop strings, parsing) stays with the
 // caller.
 #pragma once
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <memory>
 #include <span>
 #include <string>
@@ -76,6 +78,12 @@ class TurnLock {
   uint64_t next_ = 0, serving_ = 0;
 };
 
+// How the batched decode has run: bursts, and lanes summed over bursts (their ratio: the mean
+// batch).
+struct BatchStats {
+  int64_t bursts = 0, lanes = 0, max_lanes = 0;
+};
+
 struct CacheStats {
   int64_t hits = 0, misses = 0, bytes = 0, entries = 0;
 };
@@ -92,6 +100,7 @@ class Engine {
   int64_t ctx() const { return ctx_; }
   CacheStats cache_stats() const;
   int slots() const { return int(slots_.size()); }
+  BatchStats batch_stats() const;
   // Tokens each slot's state holds (-1: not made yet).
   std::vector<int64_t> slot_tokens() const;
   // Not while requests run (tests).
@@ -122,11 +131,15 @@ class Engine {
                                       int picks,
                                       const std::function<bool(const TokenEvent&)>& on_token,
                                       GenerateResult& res, std::vector<int32_t>& history);
-  // Up to `picks` tokens after `first` on the device in one turn; history (which ends with
-  // `first`) becomes what the state holds; *last: the last pick shown (fed by the next call).
-  Status decode_on_device(const Run& run, const GenerateRequest& req, int32_t first, int picks,
-                          const std::function<bool(const TokenEvent&)>& on_token,
-                          GenerateResult& res, std::vector<int32_t>& history, int32_t* last);
+  // A request decoding on the device without a constraint: one lane of the batched decode.
+  struct Lane;
+  // Decodes `lane` to its end as part of the batch: lanes join between bursts; the thread that
+  // finds nobody driving runs bursts of up to kTurnBurst steps for every lane (a turn each,
+  // Backend::decode_batch) until its own lane ends, then hands the batch on.
+  Status decode_in_batch(Lane& lane);
+  // One burst for `batch` (in a turn). Per lane: how it ended (OK or an error), nothing while it
+  // goes on.
+  std::vector<std::optional<Status>> run_burst(const std::vector<Lane*>& batch);
   // The slot for a prompt: the free one whose cache covers most of it, else an unused one, else
   // the least recently used free one (waiting while none is free); its state made if new.
   Expected<Run> acquire_slot(std::span<const int32_t> prompt);
@@ -154,6 +167,12 @@ class Engine {
   std::vector<Slot> slots_;
   uint64_t requests_ = 0;
   StateCache cache_;
+  // The batched decode: lanes waiting to join, lanes in the batch, whether a thread drives it.
+  mutable std::mutex lanes_mu_;
+  std::condition_variable lanes_cv_;
+  std::vector<Lane*> joining_, batch_;
+  bool driving_ = false;
+  BatchStats batch_stats_;
 };
 
 }  // namespace orchid

@@ -139,6 +139,14 @@ std::string ServerMetrics::render(size_t queue_depth, int running, bool model_lo
             double(cache_misses.load()));
   w.gauge("orchid_state_cache_bytes", "Bytes held by state snapshots.", double(cache_bytes.load()));
   w.gauge("orchid_state_cache_entries", "State snapshots held.", double(cache_entries.load()));
+  w.counter("orchid_decode_bursts_total",
+            "Bursts of the batched on-device decode (each steps every decoding request).",
+            double(decode_bursts.load()));
+  w.counter("orchid_decode_burst_lanes_total",
+            "Requests summed over the bursts (divided by the bursts: the mean batch).",
+            double(decode_burst_lanes.load()));
+  w.gauge("orchid_decode_max_lanes", "Most requests one burst has stepped together.",
+          double(decode_max_lanes.load()));
   std::lock_guard lock(mu_);
   w.gauge("orchid_slots", "Live states the engine keeps (--parallel).", double(slot_tokens_.size()));
   w.family("orchid_slot_tokens", "Tokens held by each slot's state (-1: not made yet).", "gauge");

@@ -349,6 +349,10 @@ ApiExpected<Server::ChoiceEnd> Server::run_choice(Job& job, ReplyWriter& out,
   metrics_.cache_bytes = cache.bytes;
   metrics_.cache_entries = cache.entries;
   metrics_.set_slots(engine_->slot_tokens());
+  const BatchStats batch = engine_->batch_stats();
+  metrics_.decode_bursts = batch.bursts;
+  metrics_.decode_burst_lanes = batch.lanes;
+  metrics_.decode_max_lanes = batch.max_lanes;
   if (!res) return ApiError{500, "server_error", res.message(), "", ""};
   if (!failure.ok()) return ApiError{500, "server_error", failure.message(), "", ""};
   // Cut by a shutdown (in prefill, or between tokens): said as such, never as a finish. A job

@@ -1,0 +1,158 @@
+// The engine's batched decode: requests decoding on the device at once run as lanes of one
+// batch (Backend::decode_batch), and each gets exactly the tokens it gets alone. The CPU backend
+// has no on-device picks, so a wrapper gives it greedy ones and steps its lanes together.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "../tiny_cpu_model.h"
+#include "orchid/runtime/engine.h"
+
+namespace orchid {
+namespace {
+
+// The CPU backend with "on-device" greedy picks made on the host, and a decode_batch that steps
+// every lane once a step (as a batched GPU step does). Records the lanes of each batch.
+class LockstepPicks final : public Backend {
+ public:
+  explicit LockstepPicks(Backend& b) : b_(b) {}
+  std::string name() const override { return "lockstep"; }
+  int64_t n_vocab() const override { return b_.n_vocab(); }
+  Expected<std::unique_ptr<BackendState>> new_state(int64_t n) override { return b_.new_state(n); }
+  Status forward(BackendState& st, std::span<const int32_t> t, LogitsMode m,
+                 std::vector<float>& logits, int64_t chunk, const CancelCheck& c) override {
+    return b_.forward(st, t, m, logits, chunk, c);
+  }
+  std::unique_ptr<StateSnapshot> snapshot(const BackendState& st) override {
+    return b_.snapshot(st);
+  }
+  Status restore(BackendState& st, const StateSnapshot& s) override { return b_.restore(st, s); }
+  bool can_decode_on_device() const override { return true; }
+  Expected<std::vector<int32_t>> decode_on_device(
+      BackendState& st, int32_t token, int max_new, const DeviceDecodeOptions& opts,
+      const std::function<bool(int32_t)>& on_token) override {
+    DecodeLane l{&st, token, max_new, opts, on_token, {}};
+    ORCHID_TRY(decode_batch(std::span<DecodeLane>(&l, 1)));
+    return l.consumed;
+  }
+  Status decode_batch(std::span<DecodeLane> lanes) override {
+    {
+      std::lock_guard lock(mu_);
+      batches.push_back(int(lanes.size()));
+    }
+    std::vector<int> picks(lanes.size(), 0);
+    std::vector<bool> live(lanes.size(), true);
+    std::vector<float> logits;
+    for (DecodeLane& l : lanes) l.consumed = {l.token};
+    for (bool any = true; any;) {
+      any = false;
+      for (size_t i = 0; i < lanes.size(); ++i) {
+        if (!live[i]) continue;
+        DecodeLane& l = lanes[i];
+        const int32_t fed = l.consumed.back();
+        ORCHID_TRY(b_.forward(*l.state, std::span<const int32_t>(&fed, 1), LogitsMode::last,
+                              logits));
+        const int32_t id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        ++picks[i];
+        const bool stop = std::find(l.opts.stop_ids.begin(), l.opts.stop_ids.end(), id) !=
+                          l.opts.stop_ids.end();
+        if (stop || !l.on_token(id) || picks[i] == l.max_new) {
+          live[i] = false;
+          continue;
+        }
+        l.consumed.push_back(id);
+        any = true;
+      }
+    }
+    return {};
+  }
+  std::mutex mu_;
+  std::vector<int> batches;
+
+ private:
+  Backend& b_;
+};
+
+class EngineBatchTest : public TinyCpuModel {
+ protected:
+  static GenerateRequest request(int i) {
+    GenerateRequest req;
+    for (int k = 0; k < 5 + i; ++k) req.prompt.push_back(int32_t((37 * i + 11 * k) % 500 + 3));
+    req.max_tokens = 20 + 7 * i;  // several bursts of kTurnBurst for the longer ones
+    req.sampler.greedy = true;
+    if (i % 3 == 2) req.stop_ids = {int32_t(100 + i)};
+    return req;
+  }
+  static std::vector<int32_t> run(Engine& e, const GenerateRequest& req) {
+    std::vector<int32_t> out;
+    auto r = e.generate(req, [&](const TokenEvent& ev) {
+      out.push_back(ev.id);
+      return true;
+    });
+    EXPECT_TRUE(r.ok()) << r.message();
+    return out;
+  }
+};
+
+// Six requests at once on six slots: batches of several lanes form, and each request's tokens
+// equal its tokens alone; a follow-up turn of each then resumes from its slot's cached state.
+TEST_F(EngineBatchTest, LanesAtOnceGetTheirTokensAlone) {
+  constexpr int kN = 6;
+  LockstepPicks picks(*backend_);
+  std::vector<std::vector<int32_t>> alone(kN), together(kN);
+  {
+    Engine engine(picks, 512, 64 << 20, 1);
+    for (int i = 0; i < kN; ++i) alone[size_t(i)] = run(engine, request(i));
+  }
+  EXPECT_EQ(alone[0].size(), 20u);
+  Engine engine(picks, 512, 64 << 20, kN);
+  // A start line so that all six decode at the same time.
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kN; ++i)
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready.load() < kN) std::this_thread::yield();
+      together[size_t(i)] = run(engine, request(i));
+    });
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "request " << i;
+  const BatchStats bs = engine.batch_stats();
+  EXPECT_GE(bs.max_lanes, 2);
+  EXPECT_GT(bs.lanes, bs.bursts);  // mean batch above one
+  int biggest = 0;
+  for (int b : picks.batches) biggest = std::max(biggest, b);
+  EXPECT_EQ(biggest, bs.max_lanes);
+  std::printf("batched decode: %lld bursts, %lld lanes, at most %lld at once\n",
+              (long long)bs.bursts, (long long)bs.lanes, (long long)bs.max_lanes);
+}
+
+// A lane whose caller stops early (on_token false) ends alone; the others run to their end.
+TEST_F(EngineBatchTest, ACallerStoppingEndsOnlyItsLane) {
+  LockstepPicks picks(*backend_);
+  Engine engine(picks, 512, 64 << 20, 3);
+  std::vector<int> got(3, 0);
+  std::vector<std::string> reasons(3);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      GenerateRequest req = request(i);
+      req.stop_ids.clear();
+      req.max_tokens = 40;
+      ++ready;
+      while (ready.load() < 3) std::this_thread::yield();
+      auto r = engine.generate(req, [&](const TokenEvent&) { return ++got[size_t(i)] < 5 || i != 1; });
+      ASSERT_TRUE(r.ok()) << r.message();
+      reasons[size_t(i)] = r->finish_reason;
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(got, (std::vector<int>{40, 5, 40}));
+  EXPECT_EQ(reasons, (std::vector<std::string>{"length", "stop", "length"}));
+}
+
+}  // namespace
+}  // namespace orchid
