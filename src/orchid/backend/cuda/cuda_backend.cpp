@@ -77,6 +77,8 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : slot_ev_)
     if (e) cudaEventDestroy(e);
   if (pinned_) cudaFreeHost(pinned_);
+  if (pinned_slots_) cudaFreeHost(pinned_slots_);
+  if (batch_graph_.exec) cudaGraphExecDestroy(batch_graph_.exec);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -99,29 +101,54 @@ Status CudaBackend::init() {
     if (!r_) return r_.error(); \
     dst = *r_;                  \
   } while (0)
-  ORCHID_ALLOC(h_, float, H);
-  ORCHID_ALLOC(xnorm_, float, H);
-  ORCHID_ALLOC(qg_, float, int64_t(c_.n_head) * 2 * hd);
-  ORCHID_ALLOC(kbuf_, float, int64_t(c_.n_head_kv) * hd);
-  ORCHID_ALLOC(vbuf_, float, int64_t(c_.n_head_kv) * hd);
-  ORCHID_ALLOC(attn_, float, int64_t(c_.n_head) * hd);
-  ORCHID_ALLOC(qkv_, float, c_.lin_conv_dim());
-  ORCHID_ALLOC(z_, float, c_.lin_value_dim());
-  ORCHID_ALLOC(bb_, float, c_.lin_n_head_v);
-  ORCHID_ALLOC(aa_, float, c_.lin_n_head_v);
-  ORCHID_ALLOC(gdn_, float, c_.lin_value_dim());
-  ORCHID_ALLOC(moe_logits_, float, c_.n_expert + 1);
-  ORCHID_ALLOC(sel_, int, slots);
-  ORCHID_ALLOC(sel_w_, float, slots);
-  ORCHID_ALLOC(act_, float, int64_t(slots) * act_stride_);
-  ORCHID_ALLOC(gate_up_raw_, float, int64_t(slots) * 2 * act_stride_);
-  ORCHID_ALLOC(slot_out_, float, int64_t(slots) * H);
-  ORCHID_ALLOC(k_work_, float, int64_t(c_.n_head_kv) * hd);
+  // The step's per-sequence buffers, one copy a slot of a batched step (kernels.h: SlotBatch):
+  // carved from one region, slot b's at b · slot_stride_ 4-byte elements past slot 0's, which
+  // are the batch-1 step's.
+  {
+    int64_t words = 0;
+    std::vector<std::pair<void**, int64_t>> carve;
+    auto take = [&](auto*& dst, int64_t n) {
+      carve.push_back({reinterpret_cast<void**>(&dst), words});
+      words += (std::max<int64_t>(n, 1) + 63) / 64 * 64;  // 256-byte aligned
+    };
+    take(h_, H);
+    take(xnorm_, H);
+    take(qg_, int64_t(c_.n_head) * 2 * hd);
+    take(kbuf_, int64_t(c_.n_head_kv) * hd);
+    take(vbuf_, int64_t(c_.n_head_kv) * hd);
+    take(attn_, int64_t(c_.n_head) * hd);
+    take(qkv_, c_.lin_conv_dim());
+    take(z_, c_.lin_value_dim());
+    take(bb_, c_.lin_n_head_v);
+    take(aa_, c_.lin_n_head_v);
+    take(gdn_, c_.lin_value_dim());
+    take(moe_logits_, c_.n_expert + 1);
+    take(sel_, slots);
+    take(sel_w_, slots);
+    take(act_, int64_t(slots) * act_stride_);
+    take(gate_up_raw_, int64_t(slots) * 2 * act_stride_);
+    take(slot_out_, int64_t(slots) * H);
+    take(k_work_, int64_t(c_.n_head_kv) * hd);
+    take(part_acc_, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * hd);
+    take(part_ml_, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * 2);
+    take(token_, 1);
+    take(slot_pos_, 1);
+    take(slot_halt_, 1);
+    slot_stride_ = words;
+    float* region = nullptr;
+    ORCHID_ALLOC(region, float, words * kMaxSlots);
+    for (auto [dst, off] : carve) *dst = region + off;
+  }
+  ORCHID_ALLOC(slot_states_, void*, int64_t(kMaxSlots) * c_.n_layer * 2);
+  ORCHID_ALLOC(slot_inv_temp_, float, kMaxSlots);
+  ORCHID_ALLOC(slot_seed_, uint64_t, kMaxSlots);
+  ORCHID_ALLOC(slot_stop_ids_, int, kMaxSlots * kMaxStopIds);
+  ORCHID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&pinned_slots_), 3 * kMaxSlots * sizeof(int),
+                            cudaHostAllocMapped));
+  ORCHID_CUDA(
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&pinned_slots_dev_), pinned_slots_, 0));
   ORCHID_ALLOC(logits_, float, c_.n_vocab);
   ORCHID_ALLOC(partial_, float, 2 * 4096);
-  ORCHID_ALLOC(part_acc_, float, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * hd);
-  ORCHID_ALLOC(part_ml_, float, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * 2);
-  ORCHID_ALLOC(token_, int, 1);
   ORCHID_ALLOC(prompt_, int, kPromptChunk);
   ORCHID_ALLOC(stop_ids_, int, kMaxStop);
   ORCHID_ALLOC(allowed_, uint32_t, (c_.n_vocab + 31) / 32);

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,6 @@ struct MoeRouting;  // prefill/prefill_kernels.h
 // 30 layers, scan / chunked ms): 64 tokens 1.31 / 1.66, 128 1.83 / 1.86, 256 2.93 / 2.37, 512
 // 5.13 / 3.40; the crossover lies between 128 and 256.
 constexpr int kGdnChunkedMinTokens = 192;
-// Split-KV decode attention: ranges of 128 keys, at most 128 ranges a head (measured against 32-96
-// keys and other caps: bench/results/cuda-splitkv-sweep-2026-11-30*.json, cuda-splitkv-keys-2026-12-01-s9.json).
-constexpr int kKeysPerSplit = 128, kMaxSplitsPerHead = 128;
 
 struct Switches {
   bool graph = true;
@@ -204,6 +202,11 @@ class CudaBackend final : public Backend {
   Expected<int32_t> step_and_pick(BackendState& state, int32_t token,
                                   const std::vector<uint32_t>* allowed,
                                   const DeviceDecodeOptions& opts) override;
+  // Up to kMaxSlots lanes a step (more: in groups), where the model's shapes and the switches
+  // take the batched kernels (batch_step_runs); otherwise one lane after the other.
+  Status decode_batch(std::span<DecodeLane> lanes) override;
+  // Whether a batched step of this model can be launched (tried once by capturing one).
+  bool batch_step_runs();
   Status fill_synthetic_context(BackendState& state, int64_t n, uint64_t seed) override;
 
   // Runs one decode step kernel by kernel with events between launches.
@@ -226,14 +229,25 @@ class CudaBackend final : public Backend {
  private:
   struct Profiler;
   int split_for(int64_t n_keys) const;
-  Status enqueue_step(CudaState& st, bool head, const PickConfig& pick, int n_split,
-                      Profiler* prof);
+  // The step's launches: for one state (batch.slots == 1), or for the batch's slots (st null;
+  // their states in slot_states_, flags in the arena); n_split_min: the fewest KV ranges a slot
+  // of the batch takes.
+  Status enqueue_step(CudaState* st, const SlotBatch& batch, bool head, const PickConfig& pick,
+                      int n_split, int n_split_min, Profiler* prof);
+  // One batched step of `slots` slots (the graph keyed by them, the ranges and the stop ids).
+  Status run_batch_step(int slots, int n_split, int n_split_min, int n_stop);
+  // Up to kMaxSlots lanes, batched.
+  Status decode_slots(std::span<DecodeLane> lanes);
   // The GEMV input for a normed residual: (h, norm) fused, or (normed copy, none) unfused.
   Status normed_input(const float* norm, const int* halt, Profiler* prof, const float*& x,
                       const float*& x_norm);
   Status enqueue_gemv_group(GemvTask* tasks, int n, const float* x, int cols, const float* norm,
-                            const int* halt, Profiler* prof, const char* label);
+                            const int* halt, const SlotBatch& batch, Profiler* prof,
+                            const char* label);
   Status run_step(CudaState& st, bool head, const PickConfig& pick);
+  // Launches g, captured anew from `enqueue` when its key is not `key`.
+  Status launch_graph(CudaState::Graph& g, const std::string& key,
+                      const std::function<Status()>& enqueue);
   Status sync(const char* what);
   // Prefill in chunks on the tensor cores (prefill/chunk.cpp).
   Status ensure_prefill_scratch(int chunk);
@@ -299,6 +313,17 @@ class CudaBackend final : public Backend {
   int* pinned_ = nullptr;       // host, mapped: two token slots + the position read-back
   int* pinned_dev_ = nullptr;   // pinned_ as the device sees it
   cudaEvent_t slot_ev_[2] = {nullptr, nullptr};
+  // The batched step (kernels.h: SlotBatch): the arena's stride, slot 0's position and halt
+  // flags, the state table, per-slot pick settings, mapped host ids ([slot][2], then positions).
+  int64_t slot_stride_ = 0;
+  int *slot_pos_ = nullptr, *slot_halt_ = nullptr;
+  void** slot_states_ = nullptr;  // [kMaxSlots][n_layer][2]
+  float* slot_inv_temp_ = nullptr;
+  uint64_t* slot_seed_ = nullptr;
+  int* slot_stop_ids_ = nullptr;  // [kMaxSlots][kMaxStopIds]
+  int *pinned_slots_ = nullptr, *pinned_slots_dev_ = nullptr;
+  CudaState::Graph batch_graph_;
+  int batch_runs_ = -1;  // batch_step_runs: -1 not tried yet
   std::unique_ptr<PrefillScratch> pf_;
   static constexpr int kMaxStop = 64, kPromptChunk = 4096;
 };

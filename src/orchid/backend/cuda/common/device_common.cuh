@@ -46,6 +46,13 @@ Status launch(const char* what, void (*kernel)(KernelParams...), dim3 grid, dim3
   return {};
 }
 
+// Batched decode (kernels.h: SlotBatch): slot `slot`'s state pointer `which` (0: K cache or conv
+// ring, 1: V cache or S) of the batch's layer. Null outside a batch.
+template <class T>
+__device__ __forceinline__ T* slot_state(const SlotBatch& b, int slot, int which) {
+  return static_cast<T*>(b.states[(int64_t(slot) * b.n_layer + b.layer) * 2 + which]);
+}
+
 // Blocks of `kernel` (with `threads` threads, `smem` dynamic shared bytes) one SM holds at once.
 int resident_blocks(const void* kernel, int threads, size_t smem);
 

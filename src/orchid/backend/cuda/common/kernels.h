@@ -36,6 +36,34 @@ struct DevMatrix {
   int code_exp = 0;
 };
 
+// ---- Batched decode --------------------------------------------------------------------------
+
+// A batched step runs each decode launch for `slots` sequences at once, a grid dimension for the
+// slot (y, or z where y is taken). Slot b's activations, flags (position, halt, token) and
+// routing are slot 0's pointers moved by b · stride 4-byte elements (one arena,
+// CudaBackend::init); its state (KV cache, conv ring, recurrent state) comes from `states`, a
+// device table [slot][n_layer][2] of (K cache, V cache) or (conv ring, S) pointers. Each slot's
+// arithmetic is the batch-1 kernel's, so its results are bit for bit the ones it gets alone.
+// slots == 1: the batch-1 launch, its code unchanged.
+constexpr int kMaxSlots = 8;
+struct SlotBatch {
+  int slots = 1;
+  int64_t stride = 0;
+  void* const* states = nullptr;
+  int layer = 0, n_layer = 0;
+};
+
+// Split-KV decode attention: ranges of kKeysPerSplit keys, at most kMaxSplitsPerHead a head
+// (measured against 32-96 keys and other caps: bench/results/cuda-splitkv-sweep-2026-11-30*.json,
+// cuda-splitkv-keys-2026-12-01-s9.json). The ranges a context of n_keys takes: the least power of
+// two s with s · kKeysPerSplit ≥ n_keys, at most `cap`.
+constexpr int kKeysPerSplit = 128, kMaxSplitsPerHead = 128;
+ORCHID_HOST_DEVICE inline int splits_for_keys(int64_t n_keys, int cap) {
+  int s = 1;
+  while (s < cap && int64_t(s) * kKeysPerSplit < n_keys) s *= 2;
+  return s;
+}
+
 // ---- GEMV: y = W · x̂ for up to kMaxGemvTasks matrices that share the input x --------------
 
 constexpr int kMaxGemvTasks = 4;
@@ -75,7 +103,14 @@ struct GemvParams {
   // Optional bitset over the rows (bit r of word r / 32): rows not set never win the pick
   // (constrained decoding). The caller guarantees at least one row is set.
   const uint32_t* allowed = nullptr;
+  SlotBatch batch;
+  // Batched argmax: per slot its temperature's inverse and seed ([slots]), its stop ids at
+  // stop_ids + b · kMaxStopIds (n_stop each, padded with -1), its host token pair at
+  // host_token + 2b; token, pos and stopped move with the batch's stride.
+  const float* slot_inv_temp = nullptr;
+  const uint64_t* slot_seed = nullptr;
 };
+constexpr int kMaxStopIds = 64;
 // At most this many blocks per launch (size `partial` as 2 × this).
 int gemv_blocks(const GemvParams& p);
 Status launch_gemv(const GemvParams& p, cudaStream_t s);
@@ -115,6 +150,7 @@ struct MoeParams {
   float* slot_out = nullptr;
   float* h = nullptr;  // residual, += Σ_s w_s · down_s(act_s)
   const int* halt = nullptr;
+  SlotBatch batch;
 };
 Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s);
 Status launch_moe_down(const MoeParams& p, cudaStream_t s);
@@ -147,6 +183,11 @@ struct AttnParams {
   float* part_acc = nullptr;  // [n_head_kv, n_split, group, hd]
   float* part_ml = nullptr;   // [n_head_kv, n_split, group, 2] (max, sum)
   const int* halt = nullptr;
+  // Batched: n_split is the grid's ranges (the batch's most), n_split_min the fewest a slot
+  // takes; each slot takes the ranges its own context does alone (splits_for_keys), the rest of
+  // its blocks do nothing.
+  int n_split_min = 1;
+  SlotBatch batch;
 };
 // Largest GQA group and head size the attention kernel handles.
 constexpr int kMaxGqaGroup = 8, kMaxHeadDim = 256;
@@ -182,6 +223,7 @@ struct GdnParams {
   float eps = 1e-6f;
   float* out = nullptr;  // [hv * dv]
   const int* halt = nullptr;
+  SlotBatch batch;
 };
 constexpr int kMaxGdnHeadDim = 128;
 Status launch_gdn_step(const GdnParams& p, cudaStream_t s);
@@ -215,12 +257,15 @@ void set_bulk_enabled(bool on);
 // Whether this device runs the bulk-copy stream (an sm_90a device running its sm_90a code, with
 // the ~190 KB of shared memory a block it takes). Cached.
 bool bulk_gemv_supported();
+// Whether this device runs the batched bulk-copy stream (the batched lm_head; the batched decode
+// step needs it). Cached.
+bool bulk_batched_supported();
 
 // ---- small kernels ----------------------------------------------------------------------------
 
 // h = dequantized row `*token` of the embedding.
 Status launch_embed(const DevMatrix& embd, const int* token, float* h, int n_embd, const int* halt,
-                    cudaStream_t s);
+                    cudaStream_t s, const SlotBatch& batch = {});
 // out[n] = x · rsqrt(mean(x²) + eps) · w in one block: the unfused RMSNorm (ablation).
 Status launch_rms_norm(const float* x, const float* w, float eps, int n, float* out,
                        const int* halt, cudaStream_t s);

@@ -97,10 +97,14 @@ namespace {
 
 // h [n_embd] fp32 = dequantised row *token of m [n_vocab, n_embd] (nothing when *halt); a
 // thread per column, 256 a block.
-__global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd, const int* halt) {
+// Batched (grid y = slot): token, h and halt move by `stride` elements a slot.
+__global__ void embed_kernel(DevMatrix m, const int* token, float* h, int n_embd, const int* halt,
+                             int64_t stride) {
   grid_dep_wait();
   grid_dep_release();
-  if (halt && *halt) return;
+  const int64_t so = int64_t(blockIdx.y) * stride;
+  token += so, h += so;
+  if (halt && halt[so]) return;
   const int64_t row = *token;
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n_embd; c += gridDim.x * blockDim.x)
     h[c] = matrix_element(m, row, c);
@@ -184,9 +188,9 @@ int fill_blocks(int64_t n) {
 }  // namespace
 
 Status launch_embed(const DevMatrix& embd, const int* token, float* h, int n_embd, const int* halt,
-                    cudaStream_t s) {
-  return launch("embed", embed_kernel, dim3((n_embd + 255) / 256), dim3(256), 0, s, embd, token, h,
-                n_embd, halt);
+                    cudaStream_t s, const SlotBatch& batch) {
+  return launch("embed", embed_kernel, dim3((n_embd + 255) / 256, batch.slots), dim3(256), 0, s,
+                embd, token, h, n_embd, halt, batch.slots > 1 ? batch.stride : int64_t(0));
 }
 
 Status launch_rms_norm(const float* x, const float* w, float eps, int n, float* out,

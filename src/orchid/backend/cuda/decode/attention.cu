@@ -30,9 +30,11 @@ __device__ __forceinline__ void unpack8(uint4 u, float (&out)[8]) {
 // the block's result per query head of the group — the gated output (one range) or the range's
 // partial for the combine kernel.
 template <int G, int W>
+// so: the slot's offset in a batch (kernels.h: SlotBatch; 0 alone).
 __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int split, int n_split,
                                                 const float (&s_ml)[W][G][2],
-                                                const float (&s_acc)[W][G][kMaxHeadDim]) {
+                                                const float (&s_acc)[W][G][kMaxHeadDim],
+                                                int64_t so = 0) {
   const int hd = p.hd;
   const int gq = G * hd;
   const bool direct = n_split == 1;
@@ -60,12 +62,12 @@ __device__ __forceinline__ void merge_and_store(const AttnParams& p, int g, int 
     for (int w = 0; w < W; ++w) a = fmaf(s_acc[w][h][d], s_f[w][h], a);
     const int head = g * G + h;
     if (direct) {
-      const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
-      p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
+      const float gate = p.qg[so + size_t(head) * 2 * hd + hd + d];
+      p.out[so + size_t(head) * hd + d] = a / ls * sigmoid(gate);
     } else {
       const size_t slot = (size_t(g) * n_split + split) * G + h;
-      p.part_acc[slot * hd + d] = a;
-      if (d == 0) p.part_ml[slot * 2] = mx, p.part_ml[slot * 2 + 1] = ls;
+      p.part_acc[so + slot * hd + d] = a;
+      if (d == 0) p.part_ml[so + slot * 2] = mx, p.part_ml[so + slot * 2 + 1] = ls;
     }
   }
 }
@@ -220,17 +222,26 @@ constexpr size_t attention_mma_smem() {
 // AttnParams; G = n_head / n_head_kv, HD = hd, W warps. Grid (n_head_kv, n_split): a block per
 // (KV head, key range), as attention_kernel, on the tensor cores as described above; dynamic
 // shared memory attention_mma_smem<G, HD, W>().
-template <int G, int HD, int W>
+// BATCHED: grid z = slot (qg, out, the partials, pos and halt move by the batch's stride; the
+// caches are the slot's own); the slot takes the ranges its context takes alone (of the grid's
+// gridDim.y), and runs in this launch only if its ranges fit one block an SM as it would alone
+// exactly when W is the wide width (wide_max_split: the most ranges that run wide).
+template <int G, int HD, int W, bool BATCHED>
 __global__ void __launch_bounds__(W * 32)
-    attention_mma_kernel(const __grid_constant__ AttnParams p) {
+    attention_mma_kernel(const __grid_constant__ AttnParams p, int wide_max_split) {
   constexpr int kBlocks = HD / 32;  // 32-dim blocks of a row (q·k)
   constexpr int kMt = HD / 16;      // 16-dim output tiles (P·V)
   constexpr int kWords = HD / 16;   // bf16 pairs of a row a lane reads for P·V
   constexpr int RS = stage_row<HD>();
-  const int g = blockIdx.x, split = blockIdx.y, n_split = gridDim.y;
+  const int64_t so = BATCHED ? int64_t(blockIdx.z) * p.batch.stride : 0;
+  const int n_keys = p.pos[so] + 1;
+  const int g = blockIdx.x, split = blockIdx.y;
+  const int n_split = BATCHED ? splits_for_keys(n_keys, kMaxSplitsPerHead) : int(gridDim.y);
+  if constexpr (BATCHED) {
+    if (split >= n_split || (W == 8) != (n_split <= wide_max_split)) return;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, t = lane & 3;
   const int nkv = p.n_head_kv;
-  const int n_keys = *p.pos + 1;
   const float scale = rsqrtf(float(HD));
   const int n_tiles = (n_keys + kTile - 1) / kTile;
   const int tiles_per = (n_tiles + n_split - 1) / n_split;
@@ -239,8 +250,10 @@ __global__ void __launch_bounds__(W * 32)
   uint16_t* sk = reinterpret_cast<uint16_t*>(smem_attn) + size_t(warp) * 2 * kStage * RS;
   uint16_t* sv = sk + kStage * RS;
   const size_t row_stride = size_t(nkv) * HD;
-  const uint16_t* kcache = p.kc + size_t(g) * HD;
-  const uint16_t* vcache = p.vc + size_t(g) * HD;
+  const uint16_t* kcache =
+      (BATCHED ? slot_state<const uint16_t>(p.batch, blockIdx.z, 0) : p.kc) + size_t(g) * HD;
+  const uint16_t* vcache =
+      (BATCHED ? slot_state<const uint16_t>(p.batch, blockIdx.z, 1) : p.vc) + size_t(g) * HD;
 
   // Warp w takes stages (kStage keys) w, w + W, … of the block's range. Rows
   // [r_begin, r_end) of the stage at key j0 into the warp's stage memory as one cp.async group;
@@ -271,7 +284,7 @@ __global__ void __launch_bounds__(W * 32)
   }
   grid_dep_wait();
   grid_dep_release();
-  if (p.halt && *p.halt) {
+  if (p.halt && p.halt[so]) {
     cp_async_wait<0>();
     return;
   }
@@ -283,7 +296,7 @@ __global__ void __launch_bounds__(W * 32)
     const int d0 = (bc >> 1) * 32 + 8 * tt + 4 * (bc & 1);
     float hi[4] = {0.f, 0.f, 0.f, 0.f}, lo[4] = {0.f, 0.f, 0.f, 0.f};
     if (head < G) {
-      const float* qh = p.qg + size_t(g * G + head) * 2 * HD + d0;
+      const float* qh = p.qg + so + size_t(g * G + head) * 2 * HD + d0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float v = qh[e] * scale;
@@ -396,7 +409,7 @@ __global__ void __launch_bounds__(W * 32)
       s_acc[warp][2 * t + 1][d_lo] = acc[i][1], s_acc[warp][2 * t + 1][d_hi] = acc[i][3];
   }
   __syncthreads();
-  merge_and_store<G, W>(p, g, split, n_split, s_ml, s_acc);
+  merge_and_store<G, W>(p, g, split, n_split, s_ml, s_acc, so);
 }
 
 // Merges the per-range partials of every (KV head, group head) and applies the output gate.
@@ -406,14 +419,19 @@ __global__ void __launch_bounds__(W * 32)
 constexpr int kCombineParts = 4;
 
 // AttnParams: part_acc / part_ml → out [n_head * hd]; group = n_head / n_head_kv.
+// Batched (grid y = slot): each slot with its own ranges; a slot of one range was written whole.
 __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, int group) {
   grid_dep_wait();
   grid_dep_release();
-  if (p.halt && *p.halt) return;
+  const int64_t so = int64_t(blockIdx.y) * p.batch.stride;
+  if (p.halt && p.halt[so]) return;
+  const int n_split =
+      p.batch.slots > 1 ? splits_for_keys(int64_t(p.pos[so]) + 1, kMaxSplitsPerHead) : p.n_split;
+  if (n_split == 1) return;
   __shared__ float s_mx[32], s_ls[kCombineParts][kMaxHeadDim], s_a[kCombineParts][kMaxHeadDim];
-  const int g = blockIdx.x / group, h = blockIdx.x % group, hd = p.hd, n_split = p.n_split;
+  const int g = blockIdx.x / group, h = blockIdx.x % group, hd = p.hd;
   const int hd_r = blockDim.x / kCombineParts, d = threadIdx.x % hd_r, q = threadIdx.x / hd_r;
-  const float* ml = p.part_ml + (size_t(g) * n_split * group + h) * 2;  // range s at s·group·2
+  const float* ml = p.part_ml + so + (size_t(g) * n_split * group + h) * 2;  // range s at s·group·2
   // Max over ranges, by the whole block.
   float mx = -INFINITY;
   for (int s = threadIdx.x; s < n_split; s += blockDim.x) mx = fmaxf(mx, ml[size_t(s) * group * 2]);
@@ -429,7 +447,7 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
       const size_t slot = (size_t(g) * n_split + s) * group + h;
       const float f = expf(ml[size_t(s) * group * 2] - mx);  // 0 for empty ranges (-inf)
       ls = fmaf(ml[size_t(s) * group * 2 + 1], f, ls);
-      a = fmaf(p.part_acc[slot * hd + d], f, a);
+      a = fmaf(p.part_acc[so + slot * hd + d], f, a);
     }
   }
   s_ls[q][d] = ls;
@@ -438,36 +456,58 @@ __global__ void attention_combine_kernel(const __grid_constant__ AttnParams p, i
   if (q != 0 || d >= hd) return;
   for (int k = 1; k < kCombineParts; ++k) ls += s_ls[k][d], a += s_a[k][d];
   const int head = g * group + h;
-  const float gate = p.qg[size_t(head) * 2 * hd + hd + d];
-  p.out[size_t(head) * hd + d] = a / ls * sigmoid(gate);
+  const float gate = p.qg[so + size_t(head) * 2 * hd + hd + d];
+  p.out[so + size_t(head) * hd + d] = a / ls * sigmoid(gate);
 }
 
-template <int G, int HD, int W>
-Status launch_mma(const AttnParams& p, dim3 grid, cudaStream_t s) {
+template <int G, int HD, int W, bool BATCHED>
+Status launch_mma(const AttnParams& p, dim3 grid, int wide_max_split, cudaStream_t s) {
   constexpr size_t smem = attention_mma_smem<G, HD, W>();
+  const auto kernel = attention_mma_kernel<G, HD, W, BATCHED>;
   // More than the default 48 KB of dynamic shared memory must be allowed explicitly.
   // Set on every launch (cheap), so it holds for whichever device is current.
-  if (cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<G, HD, W>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       e != cudaSuccess)
     return err("attention (mma): ", cudaGetErrorString(e));
-  return launch("attention (mma)", attention_mma_kernel<G, HD, W>, grid, dim3(W * 32), smem, s, p);
+  return launch("attention (mma)", kernel, grid, dim3(W * 32), smem, s, p, wide_max_split);
 }
 
 // 8 warps a block where the grid takes at most one block an SM (see kStage) and the device
 // allows the 8 warps' stages (147 KB at head size 256: not on GPUs of 99 KB a block).
 template <int G, int HD>
+bool wide_fits(int64_t blocks) {
+  return attention_wide_enabled() && blocks <= sm_count() &&
+         attention_mma_smem<G, HD, 8>() <= size_t(smem_optin());
+}
+
+template <int G, int HD>
 Status launch_mma_width(const AttnParams& p, dim3 grid, cudaStream_t s) {
   constexpr int kWide = 8;
-  if (attention_wide_enabled() && int64_t(grid.x) * grid.y <= sm_count() &&
-      attention_mma_smem<G, HD, kWide>() <= size_t(smem_optin()))
-    return launch_mma<G, HD, kWide>(p, grid, s);
-  return launch_mma<G, HD, kAttnWarps>(p, grid, s);
+  if (p.batch.slots > 1) {
+    // Each slot at the width it takes alone: the wide launch for the slots whose own ranges fit
+    // one block an SM, the narrow one for the rest (a launch whose slots are all of the other
+    // width does nothing: its blocks return at once).
+    int wide_max = 0;
+    for (int n = 1; n <= int(grid.y); n *= 2)
+      if (wide_fits<G, HD>(int64_t(grid.x) * n)) wide_max = n;
+    grid.z = unsigned(p.batch.slots);
+    if (wide_max > 0 && p.n_split_min <= wide_max)
+      ORCHID_TRY((launch_mma<G, HD, kWide, true>(p, grid, wide_max, s)));
+    if (int(grid.y) > wide_max)
+      ORCHID_TRY((launch_mma<G, HD, kAttnWarps, true>(p, grid, wide_max, s)));
+    return {};
+  }
+  if (wide_fits<G, HD>(int64_t(grid.x) * grid.y))
+    return launch_mma<G, HD, kWide, false>(p, grid, 0, s);
+  return launch_mma<G, HD, kAttnWarps, false>(p, grid, 0, s);
 }
 
 template <int G>
 Status launch_scores(const AttnParams& p, cudaStream_t s) {
   const dim3 grid(p.n_head_kv, p.n_split);
+  if (p.batch.slots > 1 && !(attention_mma_enabled() && (p.hd == 256 || p.hd == 128 || p.hd == 64)))
+    return err("attention: a batch takes the tensor-core kernel only");
   if (attention_mma_enabled()) {
     if (p.hd == 256) return launch_mma_width<G, 256>(p, grid, s);
     if (p.hd == 128) return launch_mma_width<G, 128>(p, grid, s);
@@ -480,7 +520,7 @@ template <int G>
 Status launch_g(const AttnParams& p, cudaStream_t s) {
   ORCHID_TRY(launch_scores<G>(p, s));
   if (p.n_split == 1) return {};
-  return launch("attention combine", attention_combine_kernel, dim3(p.n_head_kv * G),
+  return launch("attention combine", attention_combine_kernel, dim3(p.n_head_kv * G, p.batch.slots),
                 dim3((p.hd + 31) / 32 * 32 * kCombineParts), 0, s, p, G);
 }
 

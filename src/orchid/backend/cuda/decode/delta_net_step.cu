@@ -14,7 +14,13 @@ constexpr int kRowsPerThread = kMaxGdnHeadDim / kQuarters;
 
 // GdnParams; grid hv: a block per value head, 512 threads (thread: state column tid % 128,
 // a quarter of the dk rows; before the wait, conv channel tid).
+// BATCHED: grid y = slot (qkv, z, b, a, out, pos and halt move by the batch's stride; the conv
+// ring and S are the slot's own).
+template <bool BATCHED>
 __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constant__ GdnParams p) {
+  const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
+  float* const ring = BATCHED ? slot_state<float>(p.batch, blockIdx.y, 0) : p.conv_ring;
+  float* const S0 = BATCHED ? slot_state<float>(p.batch, blockIdx.y, 1) : p.S;
   __shared__ float qs[kMaxGdnHeadDim], ks[kMaxGdnHeadDim], vs[kMaxGdnHeadDim];
   __shared__ float part[kQuarters][kMaxGdnHeadDim];
   __shared__ float scratch[64];
@@ -30,8 +36,8 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
   // the per-head constants — so those loads overlap its tail. Thread `tid` owns conv channel
   // slot tid (2·dk + dv ≤ kThreads): q, then k (shared by the value heads of key head kh),
   // then this head's v.
-  const int pos = *p.pos;
-  float* S = p.S + size_t(j) * dk * dv;
+  const int pos = p.pos[so];
+  float* S = S0 + size_t(j) * dk * dv;
   float s[kRowsPerThread];
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
@@ -53,27 +59,27 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
   for (int back = 0; back < kMaxConvK; ++back) {
     const bool ok = tid < n_ch && back < K && pos - back >= 0;
     t[back] = ok ? p.conv_w[size_t(ch) * K + K - 1 - back] : 0.f;
-    r[back] = ok && back > 0 ? p.conv_ring[size_t(ch) * K + ((pos - back) % K + K) % K] : 0.f;
+    r[back] = ok && back > 0 ? ring[size_t(ch) * K + ((pos - back) % K + K) % K] : 0.f;
   }
   const float A = p.A_log[j], dt_bias = p.dt_bias[j];
   const float nw = tid < dv ? p.norm[tid] : 0.f;
 
   grid_dep_wait();
   grid_dep_release();
-  if (p.halt && *p.halt) return;
+  if (p.halt && p.halt[so]) return;
 
   // 1. Conv step + SiLU. The ring slot pos % K is written only by the head that owns the
   //    channel; all reads are of other slots, so heads never race.
-  const float cur = tid < n_ch ? p.qkv[ch] : 0.f;
-  const float zz = tid < dv ? p.z[size_t(j) * dv + tid] : 0.f;
-  const float b = p.b[j], a = p.a[j];
+  const float cur = tid < n_ch ? p.qkv[so + ch] : 0.f;
+  const float zz = tid < dv ? p.z[so + size_t(j) * dv + tid] : 0.f;
+  const float b = p.b[so + j], a = p.a[so + j];
   if (tid < n_ch) {
     r[0] = cur;
     float sum = 0.f;
 #pragma unroll
     for (int back = 0; back < kMaxConvK; ++back) sum = fmaf(t[back], r[back], sum);
     *dst = silu(sum);
-    if (owner) p.conv_ring[size_t(ch) * K + pos % K] = cur;
+    if (owner) ring[size_t(ch) * K + pos % K] = cur;
   }
   __syncthreads();
 
@@ -86,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) gdn_step_kernel(const __grid_constan
   // 4. Gated RMSNorm over the head's dv outputs (thread tid < dv holds column tid's), then
   //    silu(z).
   const float inv = rsqrtf(block_sum(out * out, scratch) / float(dv) + p.eps);
-  if (tid < dv) p.out[size_t(j) * dv + tid] = out * inv * nw * silu(zz);
+  if (tid < dv) p.out[so + size_t(j) * dv + tid] = out * inv * nw * silu(zz);
 }
 
 }  // namespace
@@ -97,7 +103,10 @@ Status launch_gdn_step(const GdnParams& p, cudaStream_t s) {
   if (p.hk <= 0 || p.hv % p.hk != 0) return err("delta net: ", p.hv, " value heads over ", p.hk);
   if (p.K < 1 || p.K > kMaxConvK) return err("delta net: conv kernel of ", p.K, " taps");
   if (2 * p.dk + p.dv > kThreads) return err("delta net: ", 2 * p.dk + p.dv, " channels per head");
-  return launch("delta net step", gdn_step_kernel, dim3(p.hv), dim3(kThreads), 0, s, p);
+  if (p.batch.slots > 1)
+    return launch("delta net step", gdn_step_kernel<true>, dim3(p.hv, p.batch.slots),
+                  dim3(kThreads), 0, s, p);
+  return launch("delta net step", gdn_step_kernel<false>, dim3(p.hv), dim3(kThreads), 0, s, p);
 }
 
 }  // namespace orchid::cuda

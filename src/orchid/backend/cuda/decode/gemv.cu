@@ -163,6 +163,8 @@ Status launch_gemv(const GemvParams& p, cudaStream_t s) {
   Expected<bool> done = launch_upfront_gemv(p, s);
   if (!done) return done.error();
   if (*done) return {};
+  if (p.batch.slots > 1)
+    return err("gemv: no batched kernel for ", total_rows(p), " rows of ", p.cols, " columns");
   const int lpr = lanes_per_row(m0.units);
   const int ni = (m0.units + lpr - 1) / lpr;
   const int blocks = gemv_blocks(p);

@@ -266,12 +266,16 @@ __device__ __forceinline__ uint64_t pick_key_base(const GemvParams& p) {
 
 // What row `row` with logit `logit` competes with: the logit (greedy), or logit / T plus
 // Gumbel noise that depends only on (seed, position, row); -inf for a row the mask refuses.
+__device__ __forceinline__ float pick_key_with(float inv_temp, const uint32_t* allowed,
+                                               uint64_t key_base, float logit, int row) {
+  if (allowed && !(allowed[row >> 5] >> (row & 31) & 1u)) return -INFINITY;
+  if (inv_temp <= 0.f) return logit;
+  const float u = uniform01(key_base ^ (uint64_t(row) * 0xd1b54a32d192ed03ull));
+  return logit * inv_temp - logf(-logf(u));
+}
 __device__ __forceinline__ float pick_key(const GemvParams& p, uint64_t key_base, float logit,
                                           int row) {
-  if (p.allowed && !(p.allowed[row >> 5] >> (row & 31) & 1u)) return -INFINITY;
-  if (p.inv_temp <= 0.f) return logit;
-  const float u = uniform01(key_base ^ (uint64_t(row) * 0xd1b54a32d192ed03ull));
-  return logit * p.inv_temp - logf(-logf(u));
+  return pick_key_with(p.inv_temp, p.allowed, key_base, logit, row);
 }
 
 // The streaming kernels' per-row epilogue (row `row`, dot product v): y = v (+ add), or for the
@@ -357,6 +361,61 @@ __device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v,
     ++*p.pos;
     *p.ticket = 0u;
   }
+}
+
+// finish_argmax for a batch (kernels.h: SlotBatch): every thread passes its best (key, row) of each
+// slot; per live slot (bit b of `live`) the block's best goes to p.partial[b][block], and the last
+// block to finish picks each live slot's id as finish_argmax does for one (token, stop flag and
+// position at b · stride, host pair at host_token + 2b, stop ids at stop_ids + b · kMaxStopIds).
+// PRECONDITION: blockDim.x == T; called by every thread; p.partial holds 2 · slots · gridDim.x.
+template <int T>
+__device__ __forceinline__ void finish_argmax_slots(const GemvParams& p,
+                                                    const float (&best_v)[kMaxSlots],
+                                                    const int (&best_i)[kMaxSlots], unsigned live) {
+  __shared__ float cand_v[T / 32];
+  __shared__ int cand_i[T / 32];
+  __shared__ bool last;
+  const int grid = int(gridDim.x);
+#pragma unroll
+  for (int b = 0; b < kMaxSlots; ++b) {
+    if (!(live >> b & 1)) continue;  // uniform
+    float v = best_v[b];
+    int i = best_i[b];
+    block_best<T>(v, i, cand_v, cand_i);
+    if (threadIdx.x == 0) {
+      p.partial[2 * (b * grid + int(blockIdx.x))] = v;
+      p.partial[2 * (b * grid + int(blockIdx.x)) + 1] = __int_as_float(i);
+    }
+    __syncthreads();  // warp 0's reads of cand_* before the next slot's writes
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int b = 0; b < kMaxSlots; ++b) {
+    if (!(live >> b & 1)) continue;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int k = threadIdx.x; k < grid; k += T) {
+      const float v = __ldcg(p.partial + 2 * (b * grid + k));
+      const int i = __float_as_int(__ldcg(p.partial + 2 * (b * grid + k) + 1));
+      if (better(v, i, bv, bi)) bv = v, bi = i;
+    }
+    block_best<T>(bv, bi, cand_v, cand_i);
+    if (threadIdx.x == 0) {
+      const int64_t so = int64_t(b) * p.batch.stride;
+      int* pos = p.pos + so;
+      p.token[so] = bi;
+      p.host_token[2 * b + (*pos & 1)] = bi;
+      for (int s = 0; s < p.n_stop; ++s)
+        if (p.stop_ids[b * kMaxStopIds + s] == bi) p.stopped[so] = 1;
+      ++*pos;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *p.ticket = 0u;
 }
 
 // The dp4a GEMV of decode/gemv_upfront.cu for p (store epilogue; q4 rows of 2,048 or 4,096 columns, q8

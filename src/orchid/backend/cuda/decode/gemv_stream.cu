@@ -93,6 +93,7 @@ Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s) {
       m.group != 64 || m.units != 32 * kNi || m.rows < stream_min_rows())
     return false;
   if (Expected<bool> done = launch_bulk_gemv(p, s); !done || *done) return done;
+  if (p.batch.slots > 1) return err("stream gemv: a batch needs the bulk-copy stream");
   const auto kernel = stream_gemv_kernel;
   const size_t smem = x_quant_smem_bytes(m.units);
   const int fit =

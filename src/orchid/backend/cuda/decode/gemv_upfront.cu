@@ -28,10 +28,11 @@ using XCodes = std::conditional_t<F == DevFormat::q4, XQuant<NI>, XQuant8<NI>>;
 
 // GemvParams (store epilogue); F q4 or q8, NI 16-byte units a lane, ROWS the most rows a
 // warp: the grid's warp w takes rows [w · rpw, +rpw) of the tasks' rows, concatenated; dynamic
-// shared memory: x̂'s codes.
-template <DevFormat F, int NI, int ROWS>
+// shared memory: x̂'s codes. BATCHED: grid y = slot (x, y, add and halt move by the batch's stride).
+template <DevFormat F, int NI, int ROWS, bool BATCHED>
 __global__ void __launch_bounds__(kThreads, 2)
     upfront_gemv_kernel(const __grid_constant__ GemvParams p, int rpw) {
+  const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
   extern __shared__ float4 smem4[];
   const int units = p.cols / 32;  // 32-element units of x̂
   int4* xq = reinterpret_cast<int4*>(smem4);
@@ -64,8 +65,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   grid_dep_wait();
   grid_dep_release();
-  if (p.halt && *p.halt) return;
-  stage_x_quant(p.x, p.cols, p.norm, p.eps, xq, xd, F == DevFormat::q8 ? xw : nullptr, scratch);
+  if (p.halt && p.halt[so]) return;
+  stage_x_quant(p.x + so, p.cols, p.norm, p.eps, xq, xd, F == DevFormat::q8 ? xw : nullptr, scratch);
   XCodes<F, NI> q;
   if constexpr (F == DevFormat::q4)
     load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
@@ -85,14 +86,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   if ((sg.sl & (32 / ROWS - 1)) == 0 && i < rpw && rr < total) {
     const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
     const GemvTask& tk = p.task[t];
-    tk.y[row] = tk.add ? tk.add[row] + acc[0] : acc[0];
+    tk.y[so + row] = tk.add ? tk.add[so + row] + acc[0] : acc[0];
   }
 }
 
 // Launches with rows per warp (≤ ROWS) for a one-wave grid; false when there are too many rows.
 template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
-  const auto kernel = upfront_gemv_kernel<F, NI, ROWS>;
+  const bool batched = p.batch.slots > 1;
+  const auto kernel =
+      batched ? upfront_gemv_kernel<F, NI, ROWS, true> : upfront_gemv_kernel<F, NI, ROWS, false>;
   const size_t smem = x_quant_smem_bytes(p.cols / 32);
   int rpw =
       rows_per_warp_one_wave(reinterpret_cast<const void*>(kernel), kThreads, smem, total, ROWS);
@@ -112,7 +115,8 @@ Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
         e != cudaSuccess)
       return err("upfront gemv: ", cudaGetErrorString(e));
   }
-  if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), dyn, s, p, rpw);
+  if (Status st = launch("upfront gemv", kernel, dim3(blocks, p.batch.slots), dim3(kThreads), dyn,
+                         s, p, rpw);
       !st.ok())
     return st.error();
   return true;

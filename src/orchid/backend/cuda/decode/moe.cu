@@ -226,6 +226,7 @@ Status launch_moe_gate_up(const MoeParams& p, cudaStream_t s) {
   Expected<bool> done = launch_moe_gate_up_dp4a(p, s);
   if (!done) return done.error();
   if (*done) return {};
+  if (p.batch.slots > 1) return err("moe gate/up: no batched kernel for these experts");
   return dispatch<GateUp>(p.gate, p, s);
 }
 
@@ -235,6 +236,7 @@ Status launch_moe_down(const MoeParams& p, cudaStream_t s) {
   Expected<bool> done = launch_moe_down_dp4a(p, s);
   if (!done) return done.error();
   if (*done) return {};
+  if (p.batch.slots > 1) return err("moe down: no batched kernel for these experts");
   return dispatch<Down>(p.down, p, s);
 }
 

@@ -31,10 +31,12 @@ __device__ __forceinline__ int route_key_expert(uint64_t key) {
 // (id n_expert) with sigmoid(logits[n_expert]). Every logit is requested at once; three barriers.
 // Results in shared memory (sel, w). Ends with a barrier.
 // PRECONDITION: n_expert ≤ 1024, 1 ≤ top_k ≤ 31, blockDim.x a multiple of 32.
-__device__ __forceinline__ void route_block(const MoeParams& p, int* sel, float* w) {
+// so: the slot's offset in a batch (kernels.h: SlotBatch; 0 alone).
+__device__ __forceinline__ void route_block(const MoeParams& p, int* sel, float* w,
+                                            int64_t so = 0) {
   constexpr int kSplit = 4;        // threads ranking one chunk winner
   __shared__ uint64_t cand[1024];  // chunk winners' keys: [chunk][rank in chunk < k]; 0: none
-  const float* logits = p.logits;
+  const float* logits = p.logits + so;
   const int E = p.n_expert, k = p.top_k;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = blockDim.x >> 5;
   const int n_chunk = (E + 31) / 32, n_cand = n_chunk * k;
@@ -78,16 +80,17 @@ __device__ __forceinline__ void route_block(const MoeParams& p, int* sel, float*
 // The stacked expert of each slot of this launch in sel[] (shared memory, relative to
 // expert_base): routed here from p.logits (block 0 also publishes p.sel / p.sel_w for the down
 // launch), or read from p.sel. Called after the dependency wait; ends with a barrier.
-__device__ __forceinline__ void slot_experts(const MoeParams& p, int* sel, float* sel_w) {
+__device__ __forceinline__ void slot_experts(const MoeParams& p, int* sel, float* sel_w,
+                                             int64_t so = 0) {
   if (p.logits) {
-    route_block(p, sel, sel_w);
+    route_block(p, sel, sel_w, so);
     if (blockIdx.x == 0 && int(threadIdx.x) <= p.top_k) {
-      p.sel[threadIdx.x] = sel[threadIdx.x], p.sel_w[threadIdx.x] = sel_w[threadIdx.x];
+      p.sel[so + threadIdx.x] = sel[threadIdx.x], p.sel_w[so + threadIdx.x] = sel_w[threadIdx.x];
       __threadfence();  // device-wide before the block's barrier (see gate_up_dp4a_kernel)
     }
     if (int(threadIdx.x) < p.n_slot) sel[threadIdx.x] -= p.expert_base;  // slot_begin is 0
   } else if (int(threadIdx.x) < p.n_slot) {
-    sel[threadIdx.x] = p.sel[p.slot_begin + threadIdx.x] - p.expert_base;
+    sel[threadIdx.x] = p.sel[so + p.slot_begin + threadIdx.x] - p.expert_base;
   }
   __syncthreads();
 }
@@ -96,12 +99,12 @@ __device__ __forceinline__ void slot_experts(const MoeParams& p, int* sel, float
 // r0 + r: h[r0 + r] += Σ_s w_s · part[s][r], in slot order (deterministic, no atomics).
 template <int ROWS>
 __device__ __forceinline__ void add_weighted_slots(const MoeParams& p, int r0,
-                                                   const float (&part)[32][ROWS]) {
+                                                   const float (&part)[32][ROWS], int64_t so = 0) {
   if (threadIdx.x < ROWS && r0 + int(threadIdx.x) < p.n_embd) {
     float sum = 0.f;
     for (int s = 0; s < p.n_slot; ++s)
-      sum = fmaf(p.sel_w[p.slot_begin + s], part[s][threadIdx.x], sum);
-    p.h[r0 + threadIdx.x] += sum;
+      sum = fmaf(p.sel_w[so + p.slot_begin + s], part[s][threadIdx.x], sum);
+    p.h[so + r0 + threadIdx.x] += sum;
   }
 }
 
@@ -113,12 +116,12 @@ __host__ __device__ inline int act_stride_of(const MoeParams& p) {
 // The gate/up epilogue for (slot s of this launch, row i): act = silu(g) · u, or (unfused) the
 // raw g and u.
 __device__ __forceinline__ void store_gate_up(const MoeParams& p, int s, int i, int act_stride,
-                                              float g, float u) {
+                                              float g, float u, int64_t so = 0) {
   if (p.gate_up_raw) {
     p.gate_up_raw[(2 * s) * act_stride + i] = g;
     p.gate_up_raw[(2 * s + 1) * act_stride + i] = u;
   } else {
-    p.act[s * act_stride + i] = silu(g) * u;
+    p.act[so + s * act_stride + i] = silu(g) * u;
   }
 }
 
@@ -126,7 +129,7 @@ __device__ __forceinline__ void store_gate_up(const MoeParams& p, int s, int i, 
 // h += Σ_s w_s · part[s][r] in slot order, or (unfused) each slot's rows into slot_out.
 template <int ROWS>
 __device__ __forceinline__ void store_down(const MoeParams& p, int r0,
-                                           const float (&part)[32][ROWS]) {
+                                           const float (&part)[32][ROWS], int64_t so = 0) {
   if (p.slot_out) {
     for (int i = threadIdx.x; i < p.n_slot * ROWS; i += blockDim.x) {
       const int s = i / ROWS, r = i % ROWS;
@@ -134,7 +137,7 @@ __device__ __forceinline__ void store_down(const MoeParams& p, int r0,
     }
     return;
   }
-  add_weighted_slots<ROWS>(p, r0, part);
+  add_weighted_slots<ROWS>(p, r0, part, so);
 }
 
 // The dp4a expert kernels (decode/moe_dp4a.cu) for p, validated by the decode/moe.cu launchers. Return false

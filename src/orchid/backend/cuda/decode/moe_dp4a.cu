@@ -24,9 +24,11 @@ constexpr int kDownRows = 8;      // output rows per down block
 // PAIRS: most (slot, row) pairs per warp, their gate and up rows in registers beside x̂.
 // MoeParams, q4 gate / up in groups of 64, 2,048 columns; act rows act_stride apart. The grid's
 // warp w takes (slot, row) pairs [w · ppw, +ppw) of the launch's n_slot · n_ff.
-template <int PAIRS>
+// BATCHED: grid y = slot (x, halt, logits, sel, sel_w and act move by the batch's stride).
+template <int PAIRS, bool BATCHED>
 __global__ void __launch_bounds__(kThreads, 2)
     gate_up_dp4a_kernel(const __grid_constant__ MoeParams p, int ppw, int act_stride) {
+  const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
   constexpr DevFormat F = DevFormat::q4;
   constexpr int NI = kGateUpUnits / 32;
   __shared__ int4 xq[4 * kGateUpUnits];
@@ -35,15 +37,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ int sel[32];
   __shared__ float sel_w[32];
   const SubGroup sg(32);
-  stage_x_quant(p.x, p.n_embd, p.norm, p.eps, xq, xd, nullptr, scratch);
+  stage_x_quant(p.x + so, p.n_embd, p.norm, p.eps, xq, xd, nullptr, scratch);
   XQuant<NI> q;
   load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
   grid_dep_wait();
   // The down launch reads sel before its dependency wait (down_dp4a_kernel): block 0 lets it
   // launch only once sel is published (its writers fence before slot_experts' final barrier).
   if (blockIdx.x != 0) grid_dep_release();
-  if (p.halt && *p.halt) return;
-  slot_experts(p, sel, sel_w);
+  if (p.halt && p.halt[so]) return;
+  slot_experts(p, sel, sel_w, so);
   if (blockIdx.x == 0) grid_dep_release();
   const int total = p.n_slot * p.n_ff;
   const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
@@ -71,15 +73,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   const float up = __shfl_down_sync(0xffffffffu, v[0], 32 / kSums);
   const int i = idx / 2, r = r0 + i;
   if (sg.sl % (64 / kSums) == 0 && i < ppw && r < total)
-    store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, v[0], up);
+    store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, v[0], up, so);
 }
 
 // Block: one warp per slot of the launch, kDownRows output rows; each half warp takes every
 // other row.
 // MoeParams, q4 down in groups of 64, 512 columns; act rows act_stride apart. Grid: a block
 // per kDownRows rows of h [n_embd]; dynamic shared memory: each slot's activation codes.
+// BATCHED: grid y = slot (sel, halt, act, sel_w and h move by the batch's stride).
+template <bool BATCHED>
 __global__ void __launch_bounds__(32 * 32)
     down_dp4a_kernel(const __grid_constant__ MoeParams p, int act_stride) {
+  const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
   constexpr DevFormat F = DevFormat::q4;
   constexpr int kWords = kDownUnits * 4;  // 8-element words of one activation row
   // Per warp (slot): its activations' codes and (d, sum) pairs.
@@ -94,7 +99,8 @@ __global__ void __launch_bounds__(32 * 32)
   // The slot's expert, and its rows, before the dependency wait: the gate/up launch publishes sel
   // before it lets this one launch (or an earlier, finished routing kernel did). Read past L1,
   // which may hold an earlier layer's sel; clamped, so that no value can send a load astray.
-  const int expert = min(max(__ldcg(p.sel + slot) - p.expert_base, 0), p.down.rows / p.n_embd - 1);
+  const int expert =
+      min(max(__ldcg(p.sel + so + slot) - p.expert_base, 0), p.down.rows / p.n_embd - 1);
   const int64_t base = int64_t(expert) * p.n_embd;
   RowUnits<1> rows[kDownRows / 2] = {};
 #pragma unroll
@@ -104,11 +110,11 @@ __global__ void __launch_bounds__(32 * 32)
   }
   grid_dep_wait();
   grid_dep_release();
-  if (p.halt && *p.halt) return;
+  if (p.halt && p.halt[so]) return;
   float v[kWords / 32][8];
 #pragma unroll
   for (int k = 0; k < kWords / 32; ++k)
-    load_word(p.act + w * act_stride, lane + 32 * k, kWords, v[k]);
+    load_word(p.act + so + w * act_stride, lane + 32 * k, kWords, v[k]);
 #pragma unroll
   for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
   __syncwarp();
@@ -123,7 +129,7 @@ __global__ void __launch_bounds__(32 * 32)
   const int k = reduce_rows<kDownRows / 2, 16>(acc, sg.sl);
   if (sg.sl % (16 / (kDownRows / 2)) == 0) part[w][sg.sub + 2 * k] = acc[0];
   __syncthreads();
-  store_down<kDownRows>(p, r0, part);
+  store_down<kDownRows>(p, r0, part, so);
 }
 
 constexpr int kPairs = 3;  // (slot, row) pairs per warp at most
@@ -137,7 +143,7 @@ int gate_up_pairs_per_warp(const MoeParams& p) {
   if (!dp4a_enabled() || !q4_group64(p.gate) || !q4_group64(p.up) || p.gate.units != kGateUpUnits ||
       p.n_ff <= 0)
     return 0;
-  return rows_per_warp_one_wave(reinterpret_cast<const void*>(gate_up_dp4a_kernel<kPairs>),
+  return rows_per_warp_one_wave(reinterpret_cast<const void*>(gate_up_dp4a_kernel<kPairs, false>),
                                 kThreads, 0, p.n_slot * p.n_ff, kPairs);
 }
 
@@ -147,7 +153,9 @@ Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
   const int ppw = gate_up_pairs_per_warp(p);
   if (ppw == 0) return false;
   const int total = p.n_slot * p.n_ff, blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
-  if (Status st = launch("moe gate/up (dp4a)", gate_up_dp4a_kernel<kPairs>, dim3(blocks),
+  const auto kernel = p.batch.slots > 1 ? gate_up_dp4a_kernel<kPairs, true>
+                                        : gate_up_dp4a_kernel<kPairs, false>;
+  if (Status st = launch("moe gate/up (dp4a)", kernel, dim3(blocks, p.batch.slots),
                          dim3(kThreads), 0, s, p, ppw, act_stride_of(p));
       !st.ok())
     return st.error();
@@ -161,8 +169,9 @@ Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
     return false;
   const int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
   const size_t smem = size_t(p.n_slot) * kDownUnits * (4 * sizeof(int4) + sizeof(float2));
-  if (Status st = launch("moe down (dp4a)", down_dp4a_kernel, dim3(blocks), dim3(32 * p.n_slot),
-                         smem, s, p, act_stride_of(p));
+  const auto kernel = p.batch.slots > 1 ? down_dp4a_kernel<true> : down_dp4a_kernel<false>;
+  if (Status st = launch("moe down (dp4a)", kernel, dim3(blocks, p.batch.slots),
+                         dim3(32 * p.n_slot), smem, s, p, act_stride_of(p));
       !st.ok())
     return st.error();
   return true;

@@ -31,36 +31,45 @@ __device__ __forceinline__ float head_rope(const AttnParams& p, const float* buf
   return y;
 }
 //   3. K (normed, rotated) and V of the token into the bf16 caches.
-__device__ __forceinline__ void kv_write(const AttnParams& p, int h, int pos, float k) {
+//      v: this token's V; kc, vc: the caches it goes to.
+__device__ __forceinline__ void kv_write(const AttnParams& p, int h, int pos, float k,
+                                         const float* v, uint16_t* kc, uint16_t* vc) {
   const int d = threadIdx.x, hd = p.hd;
   const size_t off = (size_t(pos) * p.n_head_kv + h) * hd + d;
-  p.kc[off] = float_to_bf16_bits(k);
-  p.vc[off] = float_to_bf16_bits(p.v[size_t(h) * hd + d]);
+  kc[off] = float_to_bf16_bits(k);
+  vc[off] = float_to_bf16_bits(v[size_t(h) * hd + d]);
 }
 
 // Block per head (q heads first, then KV heads), blockDim = hd rounded up to 32.
 // AttnParams: qg's q normed and roped in place, K and V written to row *pos of kc / vc.
+// BATCHED: grid y = slot (qg, k, v, pos and halt move by the batch's stride; the caches are the
+// slot's own).
+template <bool BATCHED>
 __global__ void qk_norm_rope_kv_kernel(const __grid_constant__ AttnParams p) {
   grid_dep_wait();
   grid_dep_release();
-  if (p.halt && *p.halt) return;
+  const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
+  if (p.halt && p.halt[so]) return;
   __shared__ float buf[kMaxHeadDim];
   __shared__ float scratch[32];
   const int d = threadIdx.x, hd = p.hd;
   const bool is_q = int(blockIdx.x) < p.n_head;
   const int h = is_q ? blockIdx.x : blockIdx.x - p.n_head;
-  const int pos = *p.pos;
-  float* q = p.qg + size_t(h) * 2 * hd;
+  const int pos = p.pos[so];
+  float* q = p.qg + so + size_t(h) * 2 * hd;
   const float n =
-      head_norm(p, is_q ? q : p.k + size_t(h) * hd, is_q ? p.q_norm : p.k_norm, scratch);
+      head_norm(p, is_q ? q : p.k + so + size_t(h) * hd, is_q ? p.q_norm : p.k_norm, scratch);
   if (d < hd) buf[d] = n;
   __syncthreads();
   if (d >= hd) return;
   const float y = head_rope(p, buf, pos);
   if (is_q)
     q[d] = y;
+  else if constexpr (BATCHED)
+    kv_write(p, h, pos, y, p.v + so, slot_state<uint16_t>(p.batch, blockIdx.y, 0),
+             slot_state<uint16_t>(p.batch, blockIdx.y, 1));
   else
-    kv_write(p, h, pos, y);
+    kv_write(p, h, pos, y, p.v, p.kc, p.vc);
 }
 
 // ORCHID_FUSED_QK=0, step 1: q normed in place, k normed into p.k_work.
@@ -103,7 +112,8 @@ __global__ void kv_write_kernel(const __grid_constant__ AttnParams p) {
   grid_dep_release();
   if (p.halt && *p.halt) return;
   const int h = blockIdx.x;
-  if (int(threadIdx.x) < p.hd) kv_write(p, h, *p.pos, p.k_work[size_t(h) * p.hd + threadIdx.x]);
+  if (int(threadIdx.x) < p.hd)
+    kv_write(p, h, *p.pos, p.k_work[size_t(h) * p.hd + threadIdx.x], p.v, p.kc, p.vc);
 }
 
 }  // namespace
@@ -112,9 +122,14 @@ Status launch_qk_norm_rope_kv(const AttnParams& p, cudaStream_t s) {
   if (p.hd > kMaxHeadDim || p.hd % 8 != 0) return err("attention: head_dim ", p.hd);
   const int threads = (p.hd + 31) / 32 * 32;
   const dim3 heads(p.n_head + p.n_head_kv);
+  if (p.batch.slots > 1) {
+    if (p.k_work) return err("qk norm + rope + kv write: a batch takes the fused kernel only");
+    return launch("qk norm + rope + kv write", qk_norm_rope_kv_kernel<true>,
+                  dim3(heads.x, p.batch.slots), dim3(threads), 0, s, p);
+  }
   if (!p.k_work)
-    return launch("qk norm + rope + kv write", qk_norm_rope_kv_kernel, heads, dim3(threads), 0, s,
-                  p);
+    return launch("qk norm + rope + kv write", qk_norm_rope_kv_kernel<false>, heads, dim3(threads),
+                  0, s, p);
   ORCHID_TRY(launch("qk norm", qk_norm_kernel, heads, dim3(threads), 0, s, p));
   ORCHID_TRY(launch("qk rope", qk_rope_kernel, heads, dim3(threads), 0, s, p));
   return launch("kv write", kv_write_kernel, dim3(p.n_head_kv), dim3(threads), 0, s, p);
