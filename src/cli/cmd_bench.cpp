@@ -72,8 +72,8 @@ int bench_synthetic(const std::string& what, const std::string& name,
                     const std::vector<int32_t>& decode_ablation,
                     const std::vector<int32_t>& prefill_ablation,
                     const std::vector<int32_t>& prefill_profile,
-                    const std::vector<std::string>& prefill_variants, int tokens,
-                    const std::string& out) {
+                    const std::vector<std::string>& prefill_variants,
+                    const std::vector<int32_t>& batches, int tokens, const std::string& out) {
 #ifdef ORCHID_HAVE_CUDA
   auto cfg = builtin_config(name);
   if (!cfg) return fail("--synthetic: unknown config '" + name + "' (tiny, qwen3.6-35b-a3b)");
@@ -86,6 +86,7 @@ int bench_synthetic(const std::string& what, const std::string& name,
     DecodeBenchOptions o;
     o.contexts.assign(lengths.begin(), lengths.end());
     o.ablation_contexts.assign(decode_ablation.begin(), decode_ablation.end());
+    o.batches.assign(batches.begin(), batches.end());
     o.tokens = tokens;
     j = cuda_decode_bench(**be, o);
     if (!j) return fail(j.message());
@@ -112,7 +113,7 @@ int bench_synthetic(const std::string& what, const std::string& name,
   return 0;
 #else
   (void)what, (void)name, (void)lengths, (void)decode_ablation, (void)prefill_ablation,
-      (void)prefill_profile, (void)prefill_variants, (void)tokens, (void)out;
+      (void)prefill_profile, (void)prefill_variants, (void)batches, (void)tokens, (void)out;
   return fail("--synthetic needs the CUDA backend, which this build does not have");
 #endif
 }
@@ -123,7 +124,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   struct Args {
     ModelOptions model;
     std::string what = "all", lengths = "256,512,1024", out, synthetic;
-    std::string ablation_lengths = "default", profile_lengths;
+    std::string ablation_lengths = "default", profile_lengths, batches;
     std::vector<std::string> series, ablations;
     int decode_tokens = 32;
   };
@@ -149,6 +150,10 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "--synthetic prefill: only these switch ablations by name (comma-separated, "
                   "e.g. flash_prefill_off,exact_prefill_off; default: every one)")
       ->delimiter(',');
+  cmd->add_option("--batches", args->batches,
+                  "--synthetic decode: also decode this many states at once (comma-separated, "
+                  "2 to 8; e.g. 2,4,8) at each context: aggregate tok/s and a per-kernel report "
+                  "of the batched step at the first context");
   cmd->add_option("--profile-lengths", args->profile_lengths,
                   "--synthetic prefill: more prompt lengths for the per-kernel report alone "
                   "(comma-separated; e.g. 131072, where the ablations would take minutes)");
@@ -165,6 +170,14 @@ void add_bench(CLI::App& app, int& exit_code) {
         if (!a) return void(exit_code = fail("--ablation-lengths: " + a.message()));
         decode_abl = prefill_abl = *a;
       }
+      std::vector<int32_t> batches;
+      if (!args->batches.empty()) {
+        auto b = parse_token_list(args->batches);
+        if (!b) return void(exit_code = fail("--batches: " + b.message()));
+        for (int32_t n : *b)
+          if (n < 2 || n > 8) return void(exit_code = fail("--batches: 2 to 8 states at once"));
+        batches = *b;
+      }
       std::vector<int32_t> prefill_prof;
       if (!args->profile_lengths.empty()) {
         auto p = parse_token_list(args->profile_lengths);
@@ -173,7 +186,7 @@ void add_bench(CLI::App& app, int& exit_code) {
       }
       return void(exit_code = bench_synthetic(args->what, args->synthetic, *lengths, decode_abl,
                                               prefill_abl, prefill_prof, args->ablations,
-                                              args->decode_tokens, args->out));
+                                              batches, args->decode_tokens, args->out));
     }
     if (args->model.dir.empty()) return void(exit_code = fail("bench: -m DIR or --synthetic NAME"));
     auto lm = open_model(args->model);

@@ -34,43 +34,55 @@ class LockstepPicks final : public Backend {
   Expected<std::vector<int32_t>> decode_on_device(
       BackendState& st, int32_t token, int max_new, const DeviceDecodeOptions& opts,
       const std::function<bool(int32_t)>& on_token) override {
-    DecodeLane l{&st, token, max_new, opts, on_token, {}};
+    DecodeLane l{&st, token, max_new, opts, on_token, {}, false};
     ORCHID_TRY(decode_batch(std::span<DecodeLane>(&l, 1)));
     return l.consumed;
   }
-  Status decode_batch(std::span<DecodeLane> lanes) override {
+  // Pauses (every lane ends early) after a step where `pause` says so.
+  Status decode_batch(std::span<DecodeLane> lanes,
+                      const std::function<bool()>& pause = {}) override {
     {
       std::lock_guard lock(mu_);
       batches.push_back(int(lanes.size()));
     }
     std::vector<int> picks(lanes.size(), 0);
     std::vector<bool> live(lanes.size(), true);
+    std::vector<int32_t> next(lanes.size());
     std::vector<float> logits;
-    for (DecodeLane& l : lanes) l.consumed = {l.token};
+    for (size_t i = 0; i < lanes.size(); ++i) lanes[i].consumed.clear(), next[i] = lanes[i].token;
     for (bool any = true; any;) {
       any = false;
       for (size_t i = 0; i < lanes.size(); ++i) {
         if (!live[i]) continue;
         DecodeLane& l = lanes[i];
-        const int32_t fed = l.consumed.back();
-        ORCHID_TRY(b_.forward(*l.state, std::span<const int32_t>(&fed, 1), LogitsMode::last,
+        ORCHID_TRY(b_.forward(*l.state, std::span<const int32_t>(&next[i], 1), LogitsMode::last,
                               logits));
+        l.consumed.push_back(next[i]);
         const int32_t id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
         ++picks[i];
         const bool stop = std::find(l.opts.stop_ids.begin(), l.opts.stop_ids.end(), id) !=
                           l.opts.stop_ids.end();
-        if (stop || !l.on_token(id) || picks[i] == l.max_new) {
+        if (stop || !l.on_token(id)) {
+          live[i] = false, l.ended = true;
+          continue;
+        }
+        next[i] = id;
+        if (picks[i] == l.max_new) {
           live[i] = false;
           continue;
         }
-        l.consumed.push_back(id);
         any = true;
+      }
+      if (any && pause && pause()) {
+        ++pauses;
+        break;
       }
     }
     return {};
   }
   std::mutex mu_;
   std::vector<int> batches;
+  std::atomic<int> pauses{0};
 
  private:
   Backend& b_;
@@ -128,6 +140,46 @@ TEST_F(EngineBatchTest, LanesAtOnceGetTheirTokensAlone) {
   EXPECT_EQ(biggest, bs.max_lanes);
   std::printf("batched decode: %lld bursts, %lld lanes, at most %lld at once\n",
               (long long)bs.bursts, (long long)bs.lanes, (long long)bs.max_lanes);
+}
+
+// A request arriving while two others decode: the batch pauses for its prefill (which waits for a
+// turn), so its first token comes long before theirs end, and every request still gets its tokens
+// alone.
+TEST_F(EngineBatchTest, ABurstPausesForAWaitingPrefill) {
+  LockstepPicks picks(*backend_);
+  auto req = [&](int i, int n) {
+    GenerateRequest r = request(i);
+    r.stop_ids.clear();
+    r.max_tokens = n;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone(3), together(3);
+  {
+    Engine engine(picks, 512, 64 << 20, 1);
+    for (int i = 0; i < 3; ++i) alone[size_t(i)] = run(engine, req(i, i < 2 ? 300 : 8));
+  }
+  Engine engine(picks, 512, 64 << 20, 3);
+  std::atomic<int> tokens{0}, done{0};
+  std::atomic<int> done_when_third_started{-1};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i)
+    threads.emplace_back([&, i] {
+      auto r = engine.generate(req(i, 300), [&](const TokenEvent& ev) {
+        together[size_t(i)].push_back(ev.id);
+        ++tokens;
+        return true;
+      });
+      ASSERT_TRUE(r.ok()) << r.message();
+      ++done;
+    });
+  while (tokens.load() < 20) std::this_thread::yield();
+  const int pauses_before = picks.pauses.load();
+  together[2] = run(engine, req(2, 8));
+  done_when_third_started = done.load();
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(done_when_third_started.load(), 0) << "the third waited for the others to end";
+  EXPECT_GT(picks.pauses.load(), pauses_before);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "request " << i;
 }
 
 // A lane whose caller stops early (on_token false) ends alone; the others run to their end.

@@ -54,6 +54,7 @@ struct DecodeLane {
   DeviceDecodeOptions opts;
   std::function<bool(int32_t)> on_token;  // sees each pick; false ends the lane
   std::vector<int32_t> consumed;          // out: what decode_on_device returns
+  bool ended = false;  // out: a stop id or on_token ended it (not max_new, a full state or a pause)
 };
 
 class Backend {
@@ -95,12 +96,22 @@ class Backend {
   // Decodes several states at once: every step advances each lane that has not ended by one
   // token (a stop id, on_token returning false or max_new picks end a lane), so that the weights
   // are read once a step for all of them. Each lane gets exactly the picks decode_on_device would
-  // give it alone. The default runs the lanes one after the other.
-  virtual Status decode_batch(std::span<DecodeLane> lanes) {
+  // give it alone. `pause`, asked after each step where given, ends every lane early when it
+  // says so (someone else waits for the device). The default runs the lanes one after the other
+  // (and never pauses).
+  virtual Status decode_batch(std::span<DecodeLane> lanes,
+                              const std::function<bool()>& pause = {}) {
     for (DecodeLane& l : lanes) {
-      auto c = decode_on_device(*l.state, l.token, l.max_new, l.opts, l.on_token);
+      int shown = 0;
+      bool caller = false;
+      auto c = decode_on_device(*l.state, l.token, l.max_new, l.opts, [&](int32_t id) {
+        ++shown;
+        caller = !l.on_token(id);
+        return !caller;
+      });
       if (!c) return c.error();
       l.consumed = std::move(*c);
+      l.ended = caller || shown < l.max_new;  // a stop id (or a full state) ends it early
     }
     return {};
   }

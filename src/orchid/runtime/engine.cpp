@@ -246,14 +246,13 @@ std::vector<std::optional<Status>> Engine::run_burst(const std::vector<Lane*>& b
   };
   std::vector<Seen> seen(batch.size());
   std::vector<DecodeLane> lanes(batch.size());
-  std::vector<int> burst(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     Lane& l = *batch[i];
     const SamplerParams& s = l.req->sampler;
     DecodeLane& d = lanes[i];
     d.state = l.state;
     d.token = l.next;
-    d.max_new = burst[i] = std::min(l.left, kTurnBurst);
+    d.max_new = std::min(l.left, kTurnBurst);
     d.opts.stop_ids = l.req->stop_ids;
     d.opts.temperature = s.greedy || s.temperature <= 0.f ? 0.f : s.temperature;
     d.opts.seed = s.seed;
@@ -274,7 +273,8 @@ std::vector<std::optional<Status>> Engine::run_burst(const std::vector<Lane*>& b
   Status st;
   {
     Turn turn(turns_);
-    st = backend_.decode_batch(lanes);
+    // Paused (every lane keeps its place) when another request waits for a turn.
+    st = backend_.decode_batch(lanes, [this] { return turns_.contended(); });
   }
   // Per lane: how it ended (OK or an error), nothing while it goes on.
   std::vector<std::optional<Status>> ended(batch.size());
@@ -287,14 +287,14 @@ std::vector<std::optional<Status>> Engine::run_burst(const std::vector<Lane*>& b
     }
     if (sn.cancelled)
       l.res->finish_reason = "cancelled";
-    else if (sn.caller_stopped || sn.shown < burst[i])
+    else if (sn.caller_stopped || lanes[i].ended)
       l.res->finish_reason = "stop";  // a stop id, or the caller
     // What the state holds: what it held, then every token the device consumed from `next` on
     // (it may have run a step past the last one shown to the caller).
     l.history->pop_back();
     l.history->insert(l.history->end(), lanes[i].consumed.begin(), lanes[i].consumed.end());
-    l.left -= burst[i];
-    if (l.left > 0 && l.res->finish_reason == "length") {
+    l.left -= sn.shown;  // a pause may end the burst early
+    if (l.left > 0 && l.res->finish_reason == "length" && sn.shown > 0) {
       l.next = sn.last;
       l.history->push_back(l.next);
     } else {

@@ -23,6 +23,7 @@ struct DecodeBenchOptions {
   std::vector<int64_t> contexts;  // tokens of (synthetic) context before decoding
   int tokens = 64;                // decode steps timed per context
   std::vector<int64_t> ablation_contexts = {4096, 32768};
+  std::vector<int> batches;  // states decoded at once (each context; profile at the first)
 };
 // Decode speed of a CUDA backend at each context, per-kernel times at the ablation contexts
 // and each switch's matched ablation there; the JSON that bench/results keeps.

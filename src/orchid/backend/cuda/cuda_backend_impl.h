@@ -204,13 +204,18 @@ class CudaBackend final : public Backend {
                                   const DeviceDecodeOptions& opts) override;
   // Up to kMaxSlots lanes a step (more: in groups), where the model's shapes and the switches
   // take the batched kernels (batch_step_runs); otherwise one lane after the other.
-  Status decode_batch(std::span<DecodeLane> lanes) override;
+  Status decode_batch(std::span<DecodeLane> lanes,
+                      const std::function<bool()>& pause = {}) override;
   // Whether a batched step of this model can be launched (tried once by capturing one).
   bool batch_step_runs();
   Status fill_synthetic_context(BackendState& state, int64_t n, uint64_t seed) override;
 
   // Runs one decode step kernel by kernel with events between launches.
   Expected<std::vector<KernelTiming>> profile_step(CudaState& st);
+  // One batched step of the lanes' states (their tokens fed), kernel by kernel with events
+  // between launches. It writes each state's next KV row and recurrent state but leaves its
+  // position: refill a state before using it again.
+  Expected<std::vector<KernelTiming>> profile_batch_step(std::span<const DecodeLane> lanes);
   // Prefills `tokens` (chunked path) with events between launches; bytes = FLOPs per launch.
   Expected<std::vector<KernelTiming>> profile_prefill(CudaState& st,
                                                       std::span<const int32_t> tokens);
@@ -237,7 +242,9 @@ class CudaBackend final : public Backend {
   // One batched step of `slots` slots (the graph keyed by them, the ranges and the stop ids).
   Status run_batch_step(int slots, int n_split, int n_split_min, int n_stop);
   // Up to kMaxSlots lanes, batched.
-  Status decode_slots(std::span<DecodeLane> lanes);
+  Status decode_slots(std::span<DecodeLane> lanes, const std::function<bool()>& pause);
+  // The lanes' inputs to the device: state table, pick settings, positions, halt flags, tokens.
+  Status upload_slots(std::span<const DecodeLane> lanes);
   // The GEMV input for a normed residual: (h, norm) fused, or (normed copy, none) unfused.
   Status normed_input(const float* norm, const int* halt, Profiler* prof, const float*& x,
                       const float*& x_norm);

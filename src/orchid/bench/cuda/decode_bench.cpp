@@ -87,6 +87,72 @@ Expected<double> host_loop_speed(CudaBackend& be, int64_t n, int tokens) {
   return tokens / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Aggregate tok/s of B states decoding at once (CudaBackend::decode_batch), each `tokens` greedy
+// picks after a synthetic context of n tokens (the first call captures the graph).
+Expected<double> batch_speed(CudaBackend& be, int B, int64_t n, int tokens) {
+  std::vector<std::unique_ptr<BackendState>> states;
+  for (int b = 0; b < B; ++b) {
+    auto st = be.new_state(n + tokens + 16);
+    if (!st) return st.error();
+    states.push_back(std::move(*st));
+  }
+  double sec = 0;
+  int seen = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<DecodeLane> lanes(static_cast<size_t>(B));
+    for (int b = 0; b < B; ++b) {
+      ORCHID_TRY(be.fill_synthetic_context(*states[size_t(b)], n, uint64_t(n) * 31 + 1 + b));
+      lanes[size_t(b)].state = states[size_t(b)].get();
+      lanes[size_t(b)].token = 1 + b;
+      lanes[size_t(b)].max_new = rep == 0 ? 4 : tokens;
+      lanes[size_t(b)].on_token = [&seen](int32_t) { return ++seen, true; };
+    }
+    seen = 0;
+    const auto t0 = Clock::now();
+    ORCHID_TRY(be.decode_batch(lanes));
+    sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return double(seen) / sec;
+}
+
+// Per-kernel ms of one batched step of B states at context n (median of 5 after a warm-up).
+Expected<nlohmann::json> batch_profile(CudaBackend& be, int B, int64_t n) {
+  std::vector<std::unique_ptr<BackendState>> states;
+  std::vector<DecodeLane> lanes(static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b) {
+    auto st = be.new_state(n + 16);
+    if (!st) return st.error();
+    states.push_back(std::move(*st));
+    lanes[size_t(b)].state = states.back().get();
+    lanes[size_t(b)].token = 1 + b;
+  }
+  std::map<std::string, std::vector<double>> ms;
+  std::vector<std::string> order;
+  for (int rep = 0; rep < 6; ++rep) {
+    for (int b = 0; b < B; ++b)
+      ORCHID_TRY(be.fill_synthetic_context(*states[size_t(b)], n, 99 + b));
+    auto t = be.profile_batch_step(lanes);
+    if (!t) return t.error();
+    std::map<std::string, double> sum;
+    for (const auto& k : *t) {
+      if (!sum.count(k.name) && rep == 0) order.push_back(k.name);
+      sum[k.name] += k.ms;
+    }
+    if (rep > 0)
+      for (auto& [name, v] : sum) ms[name].push_back(v);
+  }
+  nlohmann::json out = nlohmann::json::object();
+  double total = 0;
+  for (const auto& name : order) {
+    auto v = ms[name];
+    std::sort(v.begin(), v.end());
+    out[name] = v[v.size() / 2];
+    total += v[v.size() / 2];
+  }
+  out["sum_of_kernels"] = total;
+  return out;
+}
+
 struct Profile {
   double step_ms = 0, kernels_ms = 0;
   nlohmann::json kernels = nlohmann::json::array();
@@ -168,6 +234,32 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   }
   out["decode_tok_s"] = speed;
   out["decode_tokens_per_measurement"] = opts.tokens;
+  if (!opts.batches.empty()) {
+    nlohmann::json batched = nlohmann::json::object(), bprof = nlohmann::json::object();
+    std::printf("%10s %8s %18s %12s\n", "context", "states", "aggregate tok/s", "x one state");
+    for (int64_t n : opts.contexts) {
+      nlohmann::json row = nlohmann::json::object();
+      for (int B : opts.batches) {
+        auto s = batch_speed(*be, B, n, opts.tokens);
+        if (!s) return s.error();
+        row[std::to_string(B)] = *s;
+        std::printf("%10lld %8d %18.1f %12.2f\n", static_cast<long long>(n), B, *s,
+                    *s / speed[std::to_string(n)].get<double>());
+        std::fflush(stdout);
+      }
+      batched[std::to_string(n)] = row;
+    }
+    for (int B : opts.batches) {
+      auto p = batch_profile(*be, B, opts.contexts.front());
+      if (!p) return p.error();
+      bprof[std::to_string(B)] = *p;
+      std::printf("batched step, %d states at %lld:", B, static_cast<long long>(opts.contexts.front()));
+      for (auto& [k, v] : p->items()) std::printf(" %s %.3f;", k.c_str(), v.get<double>());
+      std::printf("\n");
+    }
+    out["batched_decode_tok_s"] = batched;
+    out["batched_step_kernel_ms"] = bprof;
+  }
   nlohmann::json prof = nlohmann::json::object(), abl = nlohmann::json::object();
   for (int64_t n : opts.ablation_contexts) {
     auto p = profile(*be, n, *bw);

@@ -56,55 +56,42 @@ Status CudaBackend::run_batch_step(int slots, int n_split, int n_split_min, int 
   return launch_graph(batch_graph_, key, enqueue);
 }
 
-Status CudaBackend::decode_batch(std::span<DecodeLane> lanes) {
+Status CudaBackend::decode_batch(std::span<DecodeLane> lanes,
+                                 const std::function<bool()>& pause) {
   for (size_t i = 0; i < lanes.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (lanes[i].state == lanes[j].state) return err("decode_batch: a state in two lanes");
   if (lanes.size() < 2 || !batch_step_runs()) return Backend::decode_batch(lanes);
   for (size_t i = 0; i < lanes.size(); i += kMaxSlots) {
     std::span<DecodeLane> group = lanes.subspan(i, std::min<size_t>(kMaxSlots, lanes.size() - i));
-    ORCHID_TRY(group.size() == 1 ? Backend::decode_batch(group) : decode_slots(group));
+    ORCHID_TRY(group.size() == 1 ? Backend::decode_batch(group) : decode_slots(group, pause));
   }
   return {};
 }
 
-Status CudaBackend::decode_slots(std::span<DecodeLane> lanes) {
+Status CudaBackend::upload_slots(std::span<const DecodeLane> lanes) {
   const int B = int(lanes.size());
-  struct Run {
-    CudaState* st = nullptr;
-    int max_new = 0;
-    int64_t start = 0;              // n_past before the first step
-    std::vector<int32_t> picks;     // the id each step it ran wrote (stale once halted)
-    bool ended = false;             // the host has seen its last pick
-    bool halted = false;            // the host has halted it on the device
-  };
-  std::vector<Run> runs(static_cast<size_t>(B));
+  if (B < 1 || B > kMaxSlots) return err("a batch of ", B, " lanes (1 to ", kMaxSlots, ")");
   std::vector<void*> table(size_t(kMaxSlots) * c_.n_layer * 2, nullptr);
   float inv_temp[kMaxSlots] = {};
   uint64_t seed[kMaxSlots] = {};
   std::vector<int> stops(size_t(kMaxSlots) * kMaxStopIds, -1);
-  int n_stop = 0;
   for (int b = 0; b < B; ++b) {
-    DecodeLane& l = lanes[size_t(b)];
-    Run& r = runs[size_t(b)];
-    r.st = static_cast<CudaState*>(l.state);
+    const DecodeLane& l = lanes[size_t(b)];
+    const auto* st = static_cast<const CudaState*>(l.state);
     if (l.token < 0 || l.token >= c_.n_vocab)
       return err("token id ", l.token, " is outside the vocabulary");
     if (int(l.opts.stop_ids.size()) > kMaxStopIds) return err("at most ", kMaxStopIds, " stop ids");
-    r.max_new = int(std::min<int64_t>(l.max_new, r.st->capacity_ - r.st->n_past_));
-    if (r.max_new <= 0) return err("context overflow: the state is full");
-    r.start = r.st->n_past_;
-    for (int l2 = 0; l2 < c_.n_layer; ++l2) {
-      const size_t at = (size_t(b) * c_.n_layer + size_t(l2)) * 2;
-      const bool attn = r.st->kc[size_t(l2)] != nullptr;
-      table[at] = attn ? static_cast<void*>(r.st->kc[size_t(l2)]) : r.st->ring[size_t(l2)];
-      table[at + 1] = attn ? static_cast<void*>(r.st->vc[size_t(l2)]) : r.st->S[size_t(l2)];
+    for (int layer = 0; layer < c_.n_layer; ++layer) {
+      const size_t at = (size_t(b) * c_.n_layer + size_t(layer)) * 2;
+      const bool attn = st->kc[size_t(layer)] != nullptr;
+      table[at] = attn ? static_cast<void*>(st->kc[size_t(layer)]) : st->ring[size_t(layer)];
+      table[at + 1] = attn ? static_cast<void*>(st->vc[size_t(layer)]) : st->S[size_t(layer)];
     }
     inv_temp[b] = l.opts.temperature > 0.f ? 1.f / l.opts.temperature : 0.f;
     seed[b] = l.opts.seed;
     std::copy(l.opts.stop_ids.begin(), l.opts.stop_ids.end(),
               stops.begin() + int64_t(b) * kMaxStopIds);
-    n_stop = std::max(n_stop, int(l.opts.stop_ids.size()));
   }
   ORCHID_CUDA(cudaMemcpyAsync(slot_states_, table.data(), table.size() * sizeof(void*),
                               cudaMemcpyHostToDevice, stream_));
@@ -115,15 +102,65 @@ Status CudaBackend::decode_slots(std::span<DecodeLane> lanes) {
                               cudaMemcpyHostToDevice, stream_));
   for (int b = 0; b < B; ++b) {
     const int64_t so = int64_t(b) * slot_stride_;
-    ORCHID_CUDA(cudaMemcpyAsync(slot_pos_ + so, runs[size_t(b)].st->d_pos, sizeof(int),
-                                cudaMemcpyDeviceToDevice, stream_));
+    ORCHID_CUDA(cudaMemcpyAsync(slot_pos_ + so, static_cast<const CudaState*>(lanes[size_t(b)].state)->d_pos,
+                                sizeof(int), cudaMemcpyDeviceToDevice, stream_));
     ORCHID_CUDA(cudaMemsetAsync(slot_halt_ + so, 0, sizeof(int), stream_));
     ORCHID_CUDA(cudaMemcpyAsync(token_ + so, &lanes[size_t(b)].token, sizeof(int),
                                 cudaMemcpyHostToDevice, stream_));
   }
-  ORCHID_TRY(sync("batched decode start"));
+  return sync("batched decode start");  // the host arrays above go out of scope
+}
+
+Expected<std::vector<KernelTiming>> CudaBackend::profile_batch_step(
+    std::span<const DecodeLane> lanes) {
+  ORCHID_TRY(upload_slots(lanes));
+  sw_.apply();
+  int n_split = 1, n_split_min = kMaxSplitsPerHead;
+  for (const DecodeLane& l : lanes) {
+    const int s = split_for(l.state->n_past() + 1);
+    n_split = std::max(n_split, s), n_split_min = std::min(n_split_min, s);
+  }
+  Profiler prof(stream_);
+  prof.mark("start", 0);
+  const SlotBatch b{int(lanes.size()), slot_stride_, slot_states_, 0, c_.n_layer};
+  ORCHID_TRY(enqueue_step(nullptr, b, true, PickConfig{}, n_split, n_split_min, &prof));
+  ORCHID_TRY(sync("profiled batched step"));
+  std::vector<KernelTiming> out;
+  for (size_t i = 1; i < prof.marks.size(); ++i) {
+    float ms = 0;
+    ORCHID_CUDA(cudaEventElapsedTime(&ms, prof.marks[i - 1].second, prof.marks[i].second));
+    out.push_back({prof.marks[i].first, double(ms), prof.bytes[i]});
+  }
+  return out;
+}
+
+Status CudaBackend::decode_slots(std::span<DecodeLane> lanes,
+                                 const std::function<bool()>& pause) {
+  const int B = int(lanes.size());
+  struct Run {
+    CudaState* st = nullptr;
+    int max_new = 0;
+    int64_t start = 0;              // n_past before the first step
+    std::vector<int32_t> picks;     // the id each step it ran wrote (stale once halted)
+    bool ended = false;             // the host has seen its last pick
+    bool stopped = false;           // by a stop id or its caller
+    bool halted = false;            // the host has halted it on the device
+  };
+  std::vector<Run> runs(static_cast<size_t>(B));
+  int n_stop = 0;
+  for (int b = 0; b < B; ++b) {
+    DecodeLane& l = lanes[size_t(b)];
+    Run& r = runs[size_t(b)];
+    r.st = static_cast<CudaState*>(l.state);
+    r.max_new = int(std::min<int64_t>(l.max_new, r.st->capacity_ - r.st->n_past_));
+    if (r.max_new <= 0) return err("context overflow: the state is full");
+    r.start = r.st->n_past_;
+    n_stop = std::max(n_stop, int(l.opts.stop_ids.size()));
+  }
+  ORCHID_TRY(upload_slots(lanes));
 
   std::vector<unsigned> ran;  // per enqueued step: the lanes it ran (bit b)
+  bool paused = false;        // `pause` said so: no more steps
   // Enqueues the next step for the lanes still going, after halting on the device those the host
   // has ended or whose picks are all enqueued; false when none is left.
   auto enqueue = [&]() -> Expected<bool> {
@@ -142,7 +179,7 @@ Status CudaBackend::decode_slots(std::span<DecodeLane> lanes) {
       const int s = split_for(r.start + k + 1);
       n_split = std::max(n_split, s), n_split_min = std::min(n_split_min, s);
     }
-    if (mask == 0) return false;
+    if (mask == 0 || paused) return false;
     ORCHID_TRY(run_batch_step(B, n_split, n_split_min, n_stop));
     ORCHID_CUDA(cudaEventRecord(slot_ev_[k % 2], stream_));
     ran.push_back(mask);
@@ -166,9 +203,12 @@ Status CudaBackend::decode_slots(std::span<DecodeLane> lanes) {
       if (r.ended) continue;
       const DecodeLane& l = lanes[size_t(b)];
       if (std::find(l.opts.stop_ids.begin(), l.opts.stop_ids.end(), id) != l.opts.stop_ids.end() ||
-          !l.on_token(id) || int(handled) + 1 == r.max_new)
+          !l.on_token(id))
+        r.ended = r.stopped = true;
+      else if (int(handled) + 1 == r.max_new)
         r.ended = true;
     }
+    if (!paused && pause && pause()) paused = true;
   }
   // Where each lane stands: its position on the device, back into its state.
   int* const host_pos = pinned_slots_ + 2 * kMaxSlots;
@@ -184,6 +224,7 @@ Status CudaBackend::decode_slots(std::span<DecodeLane> lanes) {
     Run& r = runs[size_t(b)];
     DecodeLane& l = lanes[size_t(b)];
     r.st->n_past_ = static_cast<volatile int*>(host_pos)[b];
+    l.ended = r.stopped;
     l.consumed = {l.token};
     for (int64_t i = 1; i < r.st->n_past_ - r.start && size_t(i - 1) < r.picks.size(); ++i)
       l.consumed.push_back(r.picks[size_t(i - 1)]);

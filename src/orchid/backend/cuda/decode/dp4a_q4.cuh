@@ -14,12 +14,16 @@
 
 namespace orchid::cuda {
 
-// A lane's units of x̂ (unit sl + j·lpr for j < NI) as dp4a operands, with each unit's group
-// scale d and exact fp32 sum (for the bias term).
+// One 32-element unit of x̂ as dp4a operands, with its group scale d and exact fp32 sum (for the
+// bias term).
+struct XQuantUnit {
+  int he[4], ho[4], le[4], lo[4];
+  float d, sum;
+};
+// A lane's units of x̂ (unit sl + j·lpr for j < NI).
 template <int NI>
 struct XQuant {
-  int he[NI][4], ho[NI][4], le[NI][4], lo[NI][4];
-  float d[NI], sum[NI];
+  XQuantUnit u[NI];
 };
 
 // Shared-memory bytes of the quantised x̂ of `units` 32-element units: codes, then (d, sum) per
@@ -115,68 +119,182 @@ __device__ __forceinline__ void stage_x_quant(const float* x, int cols, const fl
   __syncthreads();
 }
 
+// Where slot b's codes sit in a batched GEMV's shared memory (x_quant_smem_bytes(units) a slot):
+// codes, then (d, sum) per unit, then the q8 word sums.
+struct SlotCodes {
+  int4* xq;
+  float2* xd;
+  float* xw;
+  __device__ __forceinline__ SlotCodes(unsigned char* smem, int units, int b) {
+    xq = reinterpret_cast<int4*>(smem + size_t(b) * x_quant_smem_bytes(units));
+    xd = reinterpret_cast<float2*>(xq + 4 * units);
+    xw = reinterpret_cast<float*>(xd + units);
+  }
+};
+
+// stage_x_quant for the live slots of a batch (bit b of `live`: x + b · stride into
+// SlotCodes(smem, cols / 32, b)), each slot's codes bit for bit the ones stage_x_quant makes:
+// every slot's sum of squares first (their loads all in flight, one reduction for all: two
+// barriers, not two a slot), then each slot's x̂ read again (from L1) and quantised. Ends with a
+// barrier. `scratch` holds 32 · kMaxSlots floats. PRECONDITION: as stage_x_quant.
+__device__ __forceinline__ void stage_x_quant_slots(const float* x, int64_t stride, unsigned live,
+                                                    int cols, const float* norm, float eps,
+                                                    bool word_sums, unsigned char* smem,
+                                                    float* scratch) {
+  const int words = cols / 8, units = cols / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
+  // block_sum for every slot at once (the same order of additions): each warp's sums into
+  // scratch, one barrier pair, then each slot's total when it is quantised.
+  // Every slot's loads in flight at once (a thread's words of all slots in registers: 64 floats
+  // a round), then the sums.
+  __syncthreads();
+  if (norm) {
+    float ss[kMaxSlots] = {};
+#pragma unroll
+    for (int k = 0; k < kMaxWords; ++k) {
+      if (k * int(blockDim.x) >= words) break;  // uniform
+      float v[kMaxSlots][8];
+#pragma unroll
+      for (int b = 0; b < kMaxSlots; ++b)
+        load_word(x + b * stride, k * int(blockDim.x) + int(threadIdx.x),
+                  live >> b & 1 ? words : 0, v[b]);
+#pragma unroll
+      for (int b = 0; b < kMaxSlots; ++b)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss[b] = fmaf(v[b][e], v[b][e], ss[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < kMaxSlots; ++b) {
+      const float t = warp_sum(ss[b]);
+      if (lane == 0) scratch[b * 32 + warp] = t;
+    }
+  }
+  __syncthreads();
+#pragma unroll 2
+  for (int b = 0; b < kMaxSlots; ++b) {
+    if (!(live >> b & 1)) continue;  // uniform
+    const SlotCodes sc(smem, units, b);
+    const float inv =
+        norm ? rsqrtf(warp_sum(lane < n_warp ? scratch[b * 32 + lane] : 0.f) / float(cols) + eps)
+             : 1.f;
+#pragma unroll
+    for (int k = 0; k < kMaxWords; ++k) {
+      if (k * int(blockDim.x) >= words) break;  // uniform: whole rounds of the block
+      const int c = k * int(blockDim.x) + int(threadIdx.x);
+      float v[8];
+      load_word(x + b * stride, c, words, v);
+      if (norm && c < words) {
+        float n[8];
+        load_word(norm, c, words, n);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] *= n[e];
+      }
+      if (norm)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] *= inv;
+      quantize_word(v, c, words, sc.xq, sc.xd, word_sums ? sc.xw : nullptr);
+    }
+  }
+  __syncthreads();
+}
+
+// Unit u of the quantised x̂ (zero when u ≥ units).
+__device__ __forceinline__ void load_x_quant_unit(const int4* xq, const float2* xd, int units,
+                                                  int u, XQuantUnit& q) {
+  const bool ok = u < units;
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const int4 c = ok ? xq[t * units + u] : make_int4(0, 0, 0, 0);
+    q.he[t] = c.x, q.ho[t] = c.y, q.le[t] = c.z, q.lo[t] = c.w;
+  }
+  const float2 f = ok ? xd[u] : make_float2(0.f, 0.f);
+  q.d = f.x, q.sum = f.y;
+}
+
 // This lane's units of the quantised x̂ (zero past `units`).
 template <int NI>
 __device__ __forceinline__ void load_x_quant(const int4* xq, const float2* xd, int units, int sl,
                                              int lpr, XQuant<NI>& q) {
 #pragma unroll
-  for (int j = 0; j < NI; ++j) {
-    const int u = sl + j * lpr;
-    const bool ok = u < units;
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const int4 c = ok ? xq[t * units + u] : make_int4(0, 0, 0, 0);
-      q.he[j][t] = c.x, q.ho[j][t] = c.y, q.le[j][t] = c.z, q.lo[j][t] = c.w;
-    }
-    const float2 f = ok ? xd[u] : make_float2(0.f, 0.f);
-    q.d[j] = f.x, q.sum[j] = f.y;
-  }
+  for (int j = 0; j < NI; ++j) load_x_quant_unit(xq, xd, units, sl + j * lpr, q.u[j]);
 }
 
-// A lane's q8 units of x̂ (16 elements: unit u is words 2u, 2u + 1), as dp4a operands.
+// One 16-element q8 unit of x̂ (words 2u, 2u + 1 of the 32-element units' codes), as dp4a
+// operands.
+struct XQuant8Unit {
+  int he[2], ho[2], le[2], lo[2];
+  float d, sum;
+};
 template <int NI>
 struct XQuant8 {
-  int he[NI][2], ho[NI][2], le[NI][2], lo[NI][2];
-  float d[NI], sum[NI];
+  XQuant8Unit u[NI];
 };
+
+// q8 unit u8 of the quantised x̂ of `units` 32-element units (zero past them).
+__device__ __forceinline__ void load_x_quant8_unit(const int4* xq, const float2* xd,
+                                                   const float* xw, int units, int u8,
+                                                   XQuant8Unit& q) {
+  const int u = u8 >> 1, t0 = 2 * (u8 & 1);
+  const bool ok = u < units;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int4 c = ok ? xq[(t0 + i) * units + u] : make_int4(0, 0, 0, 0);
+    q.he[i] = c.x, q.ho[i] = c.y, q.le[i] = c.z, q.lo[i] = c.w;
+  }
+  q.d = ok ? xd[u].x : 0.f;
+  q.sum = ok ? xw[2 * u8] + xw[2 * u8 + 1] : 0.f;
+}
 
 // This lane's q8 units (unit sl + j·lpr) of the quantised x̂ of `units` 32-element units.
 template <int NI>
 __device__ __forceinline__ void load_x_quant8(const int4* xq, const float2* xd, const float* xw,
                                               int units, int sl, int lpr, XQuant8<NI>& q) {
 #pragma unroll
-  for (int j = 0; j < NI; ++j) {
-    const int u8 = sl + j * lpr, u = u8 >> 1, t0 = 2 * (u8 & 1);
-    const bool ok = u < units;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int4 c = ok ? xq[(t0 + i) * units + u] : make_int4(0, 0, 0, 0);
-      q.he[j][i] = c.x, q.ho[j][i] = c.y, q.le[j][i] = c.z, q.lo[j][i] = c.w;
-    }
-    q.d[j] = ok ? xd[u].x : 0.f;
-    q.sum[j] = ok ? xw[2 * u8] + xw[2 * u8 + 1] : 0.f;
-  }
+  for (int j = 0; j < NI; ++j) load_x_quant8_unit(xq, xd, xw, units, sl + j * lpr, q.u[j]);
 }
 
-// This lane's part of W[row] · x̂ for q8 rows: each pair of code words is split into its even and
-// odd bytes (the order of the x̂ codes) by byte permutes; codes are unsigned bytes.
+// acc plus one q8 weight unit (w, its (scale, bias) sb) times x̂'s unit q: each pair of code words
+// is split into its even and odd bytes (the order of the x̂ codes) by byte permutes; codes are
+// unsigned bytes.
+__device__ __forceinline__ float dot_unit_dp4a8(uint4 w, uint32_t sb, const XQuant8Unit& q,
+                                                float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  int h = 0, l = 0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t even = __byte_perm(ws[2 * i], ws[2 * i + 1], 0x6420);
+    const uint32_t odd = __byte_perm(ws[2 * i], ws[2 * i + 1], 0x7531);
+    h = dp4a_us(odd, q.ho[i], dp4a_us(even, q.he[i], h));
+    l = dp4a_us(odd, q.lo[i], dp4a_us(even, q.le[i], l));
+  }
+  const float qx = q.d * (float(h) + float(l) * (1.f / 254.f));
+  return fmaf(bf16_lo(sb), qx, fmaf(bf16_hi(sb), q.sum, acc));
+}
+
+// acc plus one q4 weight unit times x̂'s unit q (the dp4a counterpart of partial_dot's step).
+__device__ __forceinline__ float dot_unit_dp4a(uint4 w, uint32_t sb, const XQuantUnit& q,
+                                               float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  int h = 0, h16 = 0, l = 0, l16 = 0;
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const uint32_t even = ws[t] & 0x0f0f0f0fu, odd16 = ws[t] & 0xf0f0f0f0u;
+    h = dp4a_us(even, q.he[t], h);
+    h16 = dp4a_us(odd16, q.ho[t], h16);
+    l = dp4a_us(even, q.le[t], l);
+    l16 = dp4a_us(odd16, q.lo[t], l16);
+  }
+  // Σ codes·x̂ = d (Σ q·hi + Σ q·lo / 254); the odd products carry a factor 16.
+  const float qx = q.d * (1.f / 16.f) * (float(h * 16 + h16) + float(l * 16 + l16) * (1.f / 254.f));
+  return fmaf(bf16_lo(sb), qx, fmaf(bf16_hi(sb), q.sum, acc));
+}
+
+// This lane's part of W[row] · x̂ for q8 rows.
 template <int NI>
 __device__ __forceinline__ float partial_dot_dp4a8(const RowUnits<NI>& r, const XQuant8<NI>& q) {
   float acc = 0.f;
 #pragma unroll
-  for (int j = 0; j < NI; ++j) {
-    const uint32_t ws[4] = {r.w[j].x, r.w[j].y, r.w[j].z, r.w[j].w};
-    int h = 0, l = 0;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t even = __byte_perm(ws[2 * i], ws[2 * i + 1], 0x6420);
-      const uint32_t odd = __byte_perm(ws[2 * i], ws[2 * i + 1], 0x7531);
-      h = dp4a_us(odd, q.ho[j][i], dp4a_us(even, q.he[j][i], h));
-      l = dp4a_us(odd, q.lo[j][i], dp4a_us(even, q.le[j][i], l));
-    }
-    const float qx = q.d[j] * (float(h) + float(l) * (1.f / 254.f));
-    acc = fmaf(bf16_lo(r.sb[j]), qx, fmaf(bf16_hi(r.sb[j]), q.sum[j], acc));
-  }
+  for (int j = 0; j < NI; ++j) acc = dot_unit_dp4a8(r.w[j], r.sb[j], q.u[j], acc);
   return acc;
 }
 
@@ -185,22 +303,7 @@ template <int NI>
 __device__ __forceinline__ float partial_dot_dp4a(const RowUnits<NI>& r, const XQuant<NI>& q) {
   float acc = 0.f;
 #pragma unroll
-  for (int j = 0; j < NI; ++j) {
-    const uint32_t ws[4] = {r.w[j].x, r.w[j].y, r.w[j].z, r.w[j].w};
-    int h = 0, h16 = 0, l = 0, l16 = 0;
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const uint32_t even = ws[t] & 0x0f0f0f0fu, odd16 = ws[t] & 0xf0f0f0f0u;
-      h = dp4a_us(even, q.he[j][t], h);
-      h16 = dp4a_us(odd16, q.ho[j][t], h16);
-      l = dp4a_us(even, q.le[j][t], l);
-      l16 = dp4a_us(odd16, q.lo[j][t], l16);
-    }
-    // Σ codes·x̂ = d (Σ q·hi + Σ q·lo / 254); the odd products carry a factor 16.
-    const float qx =
-        q.d[j] * (1.f / 16.f) * (float(h * 16 + h16) + float(l * 16 + l16) * (1.f / 254.f));
-    acc = fmaf(bf16_lo(r.sb[j]), qx, fmaf(bf16_hi(r.sb[j]), q.sum[j], acc));
-  }
+  for (int j = 0; j < NI; ++j) acc = dot_unit_dp4a(r.w[j], r.sb[j], q.u[j], acc);
   return acc;
 }
 

@@ -22,23 +22,25 @@ std::atomic<bool> g_dp4a{true};
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-// x̂ as a lane of a q4 or a q8 row reads it.
-template <DevFormat F, int NI>
-using XCodes = std::conditional_t<F == DevFormat::q4, XQuant<NI>, XQuant8<NI>>;
+// A unit of x̂ as a lane of a q4 or a q8 row reads it.
+template <DevFormat F>
+using XUnit = std::conditional_t<F == DevFormat::q4, XQuantUnit, XQuant8Unit>;
 
 // GemvParams (store epilogue); F q4 or q8, NI 16-byte units a lane, ROWS the most rows a
 // warp: the grid's warp w takes rows [w · rpw, +rpw) of the tasks' rows, concatenated; dynamic
-// shared memory: x̂'s codes. BATCHED: grid y = slot (x, y, add and halt move by the batch's stride).
+// shared memory: x̂'s codes.
+// BATCHED: a persistent grid whose warps walk groups of rpw rows (w, w + W, … for W warps), the
+// next group's rows requested before the current one's products; each group is multiplied with
+// every live slot's x̂ in turn (x, y, add and halt at b · the batch's stride; the slots' codes
+// staged once a block), so the weights are read once for all slots. Each row's partials are the
+// batch-1 kernel's, and reduce_rows sums a row in the same order whatever ROWS is.
 template <DevFormat F, int NI, int ROWS, bool BATCHED>
 __global__ void __launch_bounds__(kThreads, 2)
     upfront_gemv_kernel(const __grid_constant__ GemvParams p, int rpw) {
-  const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
   extern __shared__ float4 smem4[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
   const int units = p.cols / 32;  // 32-element units of x̂
-  int4* xq = reinterpret_cast<int4*>(smem4);
-  float2* xd = reinterpret_cast<float2*>(xq + 4 * units);
-  float* xw = reinterpret_cast<float*>(xd + units);
-  __shared__ float scratch[32];
+  __shared__ float scratch[BATCHED ? 32 * kMaxSlots : 32];
   const SubGroup sg(32);
 
   int end[kMaxGemvTasks];  // rows of tasks 0..t, concatenated
@@ -54,48 +56,106 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int q = 0; q < kMaxGemvTasks - 1; ++q) t += rr >= end[q];
     return t;
   };
-  const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * rpw;
-  RowUnits<NI> w[ROWS] = {};  // rows past rpw or the end stay zero (their sums are dropped)
+  // Rows [r, r + rpw) into w (zero past rpw or the end: their sums are dropped).
+  auto load_rows = [&](int r, RowUnits<NI> (&w)[ROWS]) {
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) {
-    const int rr = r0 + i;
-    if (i >= rpw || rr >= total) break;
-    const int t = task_of(rr);
-    load_units<F, NI>(p.task[t].m, rr - (t ? end[t - 1] : 0), sg.sl, 32, w[i]);
-  }
+    for (int i = 0; i < ROWS; ++i) {
+      const int rr = r + i;
+      if (i >= rpw || rr >= total) break;
+      const int t = task_of(rr);
+      load_units<F, NI>(p.task[t].m, rr - (t ? end[t - 1] : 0), sg.sl, 32, w[i]);
+    }
+  };
+  int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * rpw;
+  RowUnits<NI> w[ROWS] = {};
+  load_rows(r0, w);
   grid_dep_wait();
   grid_dep_release();
-  if (p.halt && p.halt[so]) return;
-  stage_x_quant(p.x + so, p.cols, p.norm, p.eps, xq, xd, F == DevFormat::q8 ? xw : nullptr, scratch);
-  XCodes<F, NI> q;
-  if constexpr (F == DevFormat::q4)
-    load_x_quant<NI>(xq, xd, units, sg.sl, 32, q);
-  else
-    load_x_quant8<NI>(xq, xd, xw, units, sg.sl, 32, q);
-  // Every row's partial first (independent chains), then one transposed reduction for all.
-  float acc[ROWS];
+  // The warp's rows times slot b's codes into y (at offset so). Every row's partial first
+  // (independent chains), a unit of x̂ at a time (so that one unit's codes, not all NI, sit in
+  // registers beside the rows: partial_dot_dp4a's steps in its order), then one transposed
+  // reduction for all rows.
+  auto rows_out = [&](int b, int64_t so) {
+    const SlotCodes sc(smem, units, b);
+    float acc[ROWS];
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) {
-    if constexpr (F == DevFormat::q4)
-      acc[i] = i < rpw ? partial_dot_dp4a<NI>(w[i], q) : 0.f;
-    else
-      acc[i] = i < rpw ? partial_dot_dp4a8<NI>(w[i], q) : 0.f;
+    for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      XUnit<F> q;
+      if constexpr (F == DevFormat::q4)
+        load_x_quant_unit(sc.xq, sc.xd, units, sg.sl + 32 * j, q);
+      else
+        load_x_quant8_unit(sc.xq, sc.xd, sc.xw, units, sg.sl + 32 * j, q);
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) {
+        if (i >= rpw) continue;
+        if constexpr (F == DevFormat::q4)
+          acc[i] = dot_unit_dp4a(w[i].w[j], w[i].sb[j], q, acc[i]);
+        else
+          acc[i] = dot_unit_dp4a8(w[i].w[j], w[i].sb[j], q, acc[i]);
+      }
+    }
+    const int i = reduce_rows<ROWS>(acc, sg.sl);
+    const int rr = r0 + i;
+    if ((sg.sl & (32 / ROWS - 1)) == 0 && i < rpw && rr < total) {
+      const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
+      const GemvTask& tk = p.task[t];
+      tk.y[so + row] = tk.add ? tk.add[so + row] + acc[0] : acc[0];
+    }
+  };
+  if constexpr (BATCHED) {
+    const int64_t stride = p.batch.stride;
+    unsigned live = 0;
+    for (int b = 0; b < p.batch.slots; ++b)
+      if (!(p.halt && p.halt[b * stride])) live |= 1u << b;
+    if (live == 0) return;
+    stage_x_quant_slots(p.x, stride, live, p.cols, p.norm, p.eps, F == DevFormat::q8, smem,
+                        scratch);
+    const int step = int(gridDim.x) * kWarps * rpw;
+    for (; r0 < total; r0 += step) {
+      RowUnits<NI> next[ROWS] = {};
+      if (r0 + step < total) load_rows(r0 + step, next);
+#pragma unroll 1
+      for (int b = 0; b < p.batch.slots; ++b)
+        if (live >> b & 1) rows_out(b, b * stride);
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) w[i] = next[i];
+    }
+  } else {
+    if (p.halt && *p.halt) return;
+    const SlotCodes sc(smem, units, 0);
+    stage_x_quant(p.x, p.cols, p.norm, p.eps, sc.xq, sc.xd, F == DevFormat::q8 ? sc.xw : nullptr,
+                  scratch);
+    rows_out(0, 0);
   }
-  const int i = reduce_rows<ROWS>(acc, sg.sl);
-  const int rr = r0 + i;
-  if ((sg.sl & (32 / ROWS - 1)) == 0 && i < rpw && rr < total) {
-    const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
-    const GemvTask& tk = p.task[t];
-    tk.y[so + row] = tk.add ? tk.add[so + row] + acc[0] : acc[0];
-  }
+}
+
+// A batch: a persistent grid (as many blocks as fit), each warp ROWS rows at a time.
+template <DevFormat F, int NI, int ROWS>
+Expected<bool> launch_slots(const GemvParams& p, int total, cudaStream_t s) {
+  const auto kernel = upfront_gemv_kernel<F, NI, ROWS, true>;
+  const size_t smem = x_quant_smem_bytes(p.cols / 32) * size_t(p.batch.slots);
+  if (smem > 48 * 1024)
+    if (cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        e != cudaSuccess)
+      return err("upfront gemv: ", cudaGetErrorString(e));
+  const int fit = sm_count() * resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem);
+  const int blocks = std::max(1, std::min(fit, (total + kWarps * ROWS - 1) / (kWarps * ROWS)));
+  if (Status st = launch("upfront gemv (slots)", kernel, dim3(blocks), dim3(kThreads), smem, s, p,
+                         ROWS);
+      !st.ok())
+    return st.error();
+  return true;
 }
 
 // Launches with rows per warp (≤ ROWS) for a one-wave grid; false when there are too many rows.
 template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
-  const bool batched = p.batch.slots > 1;
-  const auto kernel =
-      batched ? upfront_gemv_kernel<F, NI, ROWS, true> : upfront_gemv_kernel<F, NI, ROWS, false>;
+  // A batch: 8 / NI rows a warp at a time (their registers and the next group's beside them).
+  if (p.batch.slots > 1) return launch_slots<F, NI, 8 / NI>(p, total, s);
+  const auto kernel = upfront_gemv_kernel<F, NI, ROWS, false>;
   const size_t smem = x_quant_smem_bytes(p.cols / 32);
   int rpw =
       rows_per_warp_one_wave(reinterpret_cast<const void*>(kernel), kThreads, smem, total, ROWS);
@@ -108,15 +168,13 @@ Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
   const int blocks = (total + kWarps * rpw - 1) / (kWarps * rpw);
   size_t dyn = smem;
   // The router's 33 blocks reserve over half an SM's shared memory each, so they land one an SM.
-  if (F == DevFormat::q8 && blocks <= sm_count()) {
-    dyn = std::max(smem, one_block_per_sm_smem());
+  if (F == DevFormat::q8 && blocks <= sm_count()) dyn = std::max(smem, one_block_per_sm_smem());
+  if (dyn > 48 * 1024)
     if (cudaError_t e =
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn));
         e != cudaSuccess)
       return err("upfront gemv: ", cudaGetErrorString(e));
-  }
-  if (Status st = launch("upfront gemv", kernel, dim3(blocks, p.batch.slots), dim3(kThreads), dyn,
-                         s, p, rpw);
+  if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), dyn, s, p, rpw);
       !st.ok())
     return st.error();
   return true;

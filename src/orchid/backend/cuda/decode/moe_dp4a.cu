@@ -48,7 +48,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   slot_experts(p, sel, sel_w, so);
   if (blockIdx.x == 0) grid_dep_release();
   const int total = p.n_slot * p.n_ff;
-  const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
+  // Batched: the slot's blocks walk its pairs (warp w of W takes groups w, w + W, …), the routing
+  // and x̂ staged once a block; alone: one group a warp.
+  const int step = BATCHED ? int(gridDim.x) * kWarps * ppw : total;
+  for (int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw; r0 < total; r0 += step) {
   RowUnits<NI> g[PAIRS] = {}, u[PAIRS] = {};  // pairs past ppw or the end stay zero
 #pragma unroll
   for (int i = 0; i < PAIRS; ++i) {
@@ -74,6 +77,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int i = idx / 2, r = r0 + i;
   if (sg.sl % (64 / kSums) == 0 && i < ppw && r < total)
     store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, v[0], up, so);
+  }
 }
 
 // Block: one warp per slot of the launch, kDownRows output rows; each half warp takes every
@@ -150,9 +154,18 @@ int gate_up_pairs_per_warp(const MoeParams& p) {
 }  // namespace
 
 Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
-  const int ppw = gate_up_pairs_per_warp(p);
+  int ppw = gate_up_pairs_per_warp(p);
   if (ppw == 0) return false;
-  const int total = p.n_slot * p.n_ff, blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
+  const int total = p.n_slot * p.n_ff;
+  int blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
+  if (p.batch.slots > 1) {
+    // A batch: one wave in all, each slot's blocks walking its pairs kPairs a warp at a time.
+    ppw = kPairs;
+    const int fit = sm_count() * resident_blocks(reinterpret_cast<const void*>(
+                                                     gate_up_dp4a_kernel<kPairs, true>),
+                                                 kThreads, 0);
+    blocks = std::max(1, std::min(fit / p.batch.slots, (total + kWarps * ppw - 1) / (kWarps * ppw)));
+  }
   const auto kernel = p.batch.slots > 1 ? gate_up_dp4a_kernel<kPairs, true>
                                         : gate_up_dp4a_kernel<kPairs, false>;
   if (Status st = launch("moe gate/up (dp4a)", kernel, dim3(blocks, p.batch.slots),
