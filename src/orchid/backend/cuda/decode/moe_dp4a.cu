@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 // per kDownRows rows of h [n_embd]; dynamic shared memory: each slot's activation codes.
 // BATCHED: grid y = slot (sel, halt, act, sel_w and h move by the batch's stride).
 template <bool BATCHED>
-__global__ void __launch_bounds__(32 * 32)
+__global__ void __launch_bounds__(BATCHED ? 32 * 16 : 32 * 32)
     down_dp4a_kernel(const __grid_constant__ MoeParams p, int act_stride) {
   const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
   constexpr DevFormat F = DevFormat::q4;
@@ -99,19 +99,25 @@ __global__ void __launch_bounds__(32 * 32)
   __shared__ float part[32][kDownRows];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = p.slot_begin + w;
   const SubGroup sg(16);
-  const int r0 = blockIdx.x * kDownRows;
+  int r0 = blockIdx.x * kDownRows;
+  // Batched: the slot's blocks walk its row blocks (r0, r0 + G · kDownRows, …), the next block's
+  // rows requested before the current one's products, the activations quantised once a block.
+  const int r_step = BATCHED ? int(gridDim.x) * kDownRows : p.n_embd;
   // The slot's expert, and its rows, before the dependency wait: the gate/up launch publishes sel
   // before it lets this one launch (or an earlier, finished routing kernel did). Read past L1,
   // which may hold an earlier layer's sel; clamped, so that no value can send a load astray.
   const int expert =
       min(max(__ldcg(p.sel + so + slot) - p.expert_base, 0), p.down.rows / p.n_embd - 1);
   const int64_t base = int64_t(expert) * p.n_embd;
-  RowUnits<1> rows[kDownRows / 2] = {};
+  auto load_rows = [&](int r, RowUnits<1> (&rows)[kDownRows / 2]) {
 #pragma unroll
-  for (int k = 0; k < kDownRows / 2; ++k) {
-    const int rr = r0 + sg.sub + 2 * k;
-    if (rr < p.n_embd) load_units<F, 1>(p.down, base + rr, sg.sl, 16, rows[k]);
-  }
+    for (int k = 0; k < kDownRows / 2; ++k) {
+      const int rr = r + sg.sub + 2 * k;
+      if (rr < p.n_embd) load_units<F, 1>(p.down, base + rr, sg.sl, 16, rows[k]);
+    }
+  };
+  RowUnits<1> rows[kDownRows / 2] = {};
+  load_rows(r0, rows);
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && p.halt[so]) return;
@@ -124,16 +130,24 @@ __global__ void __launch_bounds__(32 * 32)
   __syncwarp();
   XQuant<1> q;
   load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
-  // The half warp's 4 rows' partials, then one transposed reduction over its 16 lanes
-  // (5 shuffles instead of 16): row sub + 2k lands in lanes 4k… of the half warp.
-  float acc[kDownRows / 2];
+  for (; r0 < p.n_embd; r0 += r_step) {
+    RowUnits<1> next[kDownRows / 2] = {};
+    if (BATCHED && r0 + r_step < p.n_embd) load_rows(r0 + r_step, next);
+    // The half warp's 4 rows' partials, then one transposed reduction over its 16 lanes
+    // (5 shuffles instead of 16): row sub + 2k lands in lanes 4k… of the half warp.
+    float acc[kDownRows / 2];
 #pragma unroll
-  for (int k = 0; k < kDownRows / 2; ++k)
-    acc[k] = r0 + sg.sub + 2 * k < p.n_embd ? partial_dot_dp4a<1>(rows[k], q) : 0.f;
-  const int k = reduce_rows<kDownRows / 2, 16>(acc, sg.sl);
-  if (sg.sl % (16 / (kDownRows / 2)) == 0) part[w][sg.sub + 2 * k] = acc[0];
-  __syncthreads();
-  store_down<kDownRows>(p, r0, part, so);
+    for (int k = 0; k < kDownRows / 2; ++k)
+      acc[k] = r0 + sg.sub + 2 * k < p.n_embd ? partial_dot_dp4a<1>(rows[k], q) : 0.f;
+    const int k = reduce_rows<kDownRows / 2, 16>(acc, sg.sl);
+    if (sg.sl % (16 / (kDownRows / 2)) == 0) part[w][sg.sub + 2 * k] = acc[0];
+    __syncthreads();
+    store_down<kDownRows>(p, r0, part, so);
+    if constexpr (!BATCHED) break;
+    __syncthreads();  // part is rewritten next round
+#pragma unroll
+    for (int i = 0; i < kDownRows / 2; ++i) rows[i] = next[i];
+  }
 }
 
 constexpr int kPairs = 3;  // (slot, row) pairs per warp at most
@@ -180,8 +194,17 @@ Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
   // allows (it publishes sel before letting dependents start): pair the two.
   if (gate_up_pairs_per_warp(p) == 0 || !q4_group64(p.down) || p.down.units != kDownUnits)
     return false;
-  const int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
+  int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
   const size_t smem = size_t(p.n_slot) * kDownUnits * (4 * sizeof(int4) + sizeof(float2));
+  if (p.batch.slots > 1) {
+    // A batch: one wave in all, each slot's blocks walking its row blocks (at most 16 experts a
+    // token: the batched kernel's bound, for its registers).
+    if (p.n_slot > 16) return false;
+    const int fit = sm_count() * resident_blocks(reinterpret_cast<const void*>(
+                                                     down_dp4a_kernel<true>),
+                                                 32 * p.n_slot, smem);
+    blocks = std::max(1, std::min(blocks, fit / p.batch.slots));
+  }
   const auto kernel = p.batch.slots > 1 ? down_dp4a_kernel<true> : down_dp4a_kernel<false>;
   if (Status st = launch("moe down (dp4a)", kernel, dim3(blocks, p.batch.slots),
                          dim3(32 * p.n_slot), smem, s, p, act_stride_of(p));
