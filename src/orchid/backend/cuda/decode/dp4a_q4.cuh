@@ -145,28 +145,33 @@ __device__ __forceinline__ void stage_x_quant_slots(const float* x, int64_t stri
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
   // block_sum for every slot at once (the same order of additions): each warp's sums into
   // scratch, one barrier pair, then each slot's total when it is quantised.
-  // Every slot's loads in flight at once (a thread's words of all slots in registers: 64 floats
-  // a round), then the sums.
+  // Four slots' loads in flight at once (a thread's words of them in registers: 32 floats a
+  // round), then their sums.
+  constexpr int kAtOnce = 4;
   __syncthreads();
   if (norm) {
-    float ss[kMaxSlots] = {};
+#pragma unroll 1
+    for (int b0 = 0; b0 < kMaxSlots; b0 += kAtOnce) {
+      if (!(live >> b0 & ((1u << kAtOnce) - 1))) continue;  // uniform
+      float ss[kAtOnce] = {};
 #pragma unroll
-    for (int k = 0; k < kMaxWords; ++k) {
-      if (k * int(blockDim.x) >= words) break;  // uniform
-      float v[kMaxSlots][8];
+      for (int k = 0; k < kMaxWords; ++k) {
+        if (k * int(blockDim.x) >= words) break;  // uniform
+        float v[kAtOnce][8];
 #pragma unroll
-      for (int b = 0; b < kMaxSlots; ++b)
-        load_word(x + b * stride, k * int(blockDim.x) + int(threadIdx.x),
-                  live >> b & 1 ? words : 0, v[b]);
+        for (int b = 0; b < kAtOnce; ++b)
+          load_word(x + (b0 + b) * stride, k * int(blockDim.x) + int(threadIdx.x),
+                    live >> (b0 + b) & 1 ? words : 0, v[b]);
 #pragma unroll
-      for (int b = 0; b < kMaxSlots; ++b)
+        for (int b = 0; b < kAtOnce; ++b)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) ss[b] = fmaf(v[b][e], v[b][e], ss[b]);
-    }
+          for (int e = 0; e < 8; ++e) ss[b] = fmaf(v[b][e], v[b][e], ss[b]);
+      }
 #pragma unroll
-    for (int b = 0; b < kMaxSlots; ++b) {
-      const float t = warp_sum(ss[b]);
-      if (lane == 0) scratch[b * 32 + warp] = t;
+      for (int b = 0; b < kAtOnce; ++b) {
+        const float t = warp_sum(ss[b]);
+        if (lane == 0) scratch[(b0 + b) * 32 + warp] = t;
+      }
     }
   }
   __syncthreads();

@@ -29,11 +29,11 @@ using XUnit = std::conditional_t<F == DevFormat::q4, XQuantUnit, XQuant8Unit>;
 // GemvParams (store epilogue); F q4 or q8, NI 16-byte units a lane, ROWS the most rows a
 // warp: the grid's warp w takes rows [w · rpw, +rpw) of the tasks' rows, concatenated; dynamic
 // shared memory: x̂'s codes.
-// BATCHED: a persistent grid whose warps walk groups of rpw rows (w, w + W, … for W warps), the
-// next group's rows requested before the current one's products; each group is multiplied with
-// every live slot's x̂ in turn (x, y, add and halt at b · the batch's stride; the slots' codes
-// staged once a block), so the weights are read once for all slots. Each row's partials are the
-// batch-1 kernel's, and reduce_rows sums a row in the same order whatever ROWS is.
+// BATCHED: a grid of one wave whose warps take rpw ≤ ROWS rows each (more rows: they walk groups
+// w, w + W, … for W warps); each warp's rows are multiplied with every live slot's x̂ in turn (x,
+// y, add and halt at b · the batch's stride; the slots' codes staged once a block), so the weights
+// are read once for all slots. Each row's partials are the batch-1 kernel's, and reduce_rows sums
+// a row in the same order whatever the number of rows is.
 template <DevFormat F, int NI, int ROWS, bool BATCHED>
 __global__ void __launch_bounds__(kThreads, 2)
     upfront_gemv_kernel(const __grid_constant__ GemvParams p, int rpw) {
@@ -75,11 +75,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   // (independent chains), a unit of x̂ at a time (so that one unit's codes, not all NI, sit in
   // registers beside the rows: partial_dot_dp4a's steps in its order), then one transposed
   // reduction for all rows.
+  // Rows a reduction takes: ROWS rounded up to a power of two (reduce_rows sums each row in the
+  // same order whatever that is).
+  constexpr int D = ROWS <= 1 ? 1 : ROWS <= 2 ? 2 : ROWS <= 4 ? 4 : 8;
   auto rows_out = [&](int b, int64_t so) {
     const SlotCodes sc(smem, units, b);
-    float acc[ROWS];
+    float acc[D];
 #pragma unroll
-    for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
+    for (int i = 0; i < D; ++i) acc[i] = 0.f;
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       XUnit<F> q;
@@ -96,9 +99,9 @@ __global__ void __launch_bounds__(kThreads, 2)
           acc[i] = dot_unit_dp4a8(w[i].w[j], w[i].sb[j], q, acc[i]);
       }
     }
-    const int i = reduce_rows<ROWS>(acc, sg.sl);
+    const int i = reduce_rows<D>(acc, sg.sl);
     const int rr = r0 + i;
-    if ((sg.sl & (32 / ROWS - 1)) == 0 && i < rpw && rr < total) {
+    if ((sg.sl & (32 / D - 1)) == 0 && i < rpw && rr < total) {
       const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
       const GemvTask& tk = p.task[t];
       tk.y[so + row] = tk.add ? tk.add[so + row] + acc[0] : acc[0];
@@ -112,15 +115,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (live == 0) return;
     stage_x_quant_slots(p.x, stride, live, p.cols, p.norm, p.eps, F == DevFormat::q8, smem,
                         scratch);
+    // One round where the grid holds every row (the shapes of this model), else more.
     const int step = int(gridDim.x) * kWarps * rpw;
-    for (; r0 < total; r0 += step) {
-      RowUnits<NI> next[ROWS] = {};
-      if (r0 + step < total) load_rows(r0 + step, next);
+    for (bool first = true; r0 < total; r0 += step, first = false) {
+      if (!first) {
+        RowUnits<NI> none[ROWS] = {};
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) w[i] = none[i];
+        load_rows(r0, w);
+      }
 #pragma unroll 1
       for (int b = 0; b < p.batch.slots; ++b)
         if (live >> b & 1) rows_out(b, b * stride);
-#pragma unroll
-      for (int i = 0; i < ROWS; ++i) w[i] = next[i];
     }
   } else {
     if (p.halt && *p.halt) return;
@@ -131,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// A batch: a persistent grid (as many blocks as fit), each warp ROWS rows at a time.
+// A batch: one wave (as many blocks as fit), each warp the fewest rows (≤ ROWS) that cover all.
 template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_slots(const GemvParams& p, int total, cudaStream_t s) {
   const auto kernel = upfront_gemv_kernel<F, NI, ROWS, true>;
@@ -142,9 +148,10 @@ Expected<bool> launch_slots(const GemvParams& p, int total, cudaStream_t s) {
         e != cudaSuccess)
       return err("upfront gemv: ", cudaGetErrorString(e));
   const int fit = sm_count() * resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem);
-  const int blocks = std::max(1, std::min(fit, (total + kWarps * ROWS - 1) / (kWarps * ROWS)));
+  const int rpw = std::clamp((total + fit * kWarps - 1) / (fit * kWarps), 1, ROWS);
+  const int blocks = std::max(1, std::min(fit, (total + kWarps * rpw - 1) / (kWarps * rpw)));
   if (Status st = launch("upfront gemv (slots)", kernel, dim3(blocks), dim3(kThreads), smem, s, p,
-                         ROWS);
+                         rpw);
       !st.ok())
     return st.error();
   return true;
@@ -153,8 +160,8 @@ Expected<bool> launch_slots(const GemvParams& p, int total, cudaStream_t s) {
 // Launches with rows per warp (≤ ROWS) for a one-wave grid; false when there are too many rows.
 template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
-  // A batch: 8 / NI rows a warp at a time (their registers and the next group's beside them).
-  if (p.batch.slots > 1) return launch_slots<F, NI, 8 / NI>(p, total, s);
+  // A batch: up to 6 rows a warp (2 of 4,096 columns): the registers beside a unit of codes.
+  if (p.batch.slots > 1) return launch_slots<F, NI, NI == 2 ? 6 : 2>(p, total, s);
   const auto kernel = upfront_gemv_kernel<F, NI, ROWS, false>;
   const size_t smem = x_quant_smem_bytes(p.cols / 32);
   int rpw =
