@@ -12,6 +12,7 @@ B=/tmp/ob; mkdir -p $B
 for f in .device/bin/*.gz; do [ -e "$f" ] && gunzip -c "$f" > $B/$(basename "$f" .gz); done
 for f in .device/bin/*.xz; do [ -e "$f" ] && xz -dc "$f" > $B/$(basename "$f" .xz); done
 chmod +x $B/*
+cp .device/commit /tmp/commit 2>/dev/null  # `orchid bench` reads ../commit beside its bin/
 export LD_LIBRARY_PATH=$PWD/.device/lib
 if [ -n "${GTEST_FILTER:-}" ] && [ -x $B/orchid_cuda_tests ]; then
   $B/orchid_cuda_tests --gtest_color=no --gtest_filter="$GTEST_FILTER" > "$OUT/cuda_tests.log" 2>&1

@@ -48,10 +48,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   slot_experts(p, sel, sel_w, so);
   if (blockIdx.x == 0) grid_dep_release();
   const int total = p.n_slot * p.n_ff;
-  // Batched: the slot's blocks walk its pairs (warp w of W takes groups w, w + W, …), the routing
-  // and x̂ staged once a block; alone: one group a warp.
-  const int step = BATCHED ? int(gridDim.x) * kWarps * ppw : total;
-  for (int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw; r0 < total; r0 += step) {
+  // The warp's group of ppw pairs from r0.
+  auto pairs = [&](int r0) {
   RowUnits<NI> g[PAIRS] = {}, u[PAIRS] = {};  // pairs past ppw or the end stay zero
 #pragma unroll
   for (int i = 0; i < PAIRS; ++i) {
@@ -77,6 +75,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int i = idx / 2, r = r0 + i;
   if (sg.sl % (64 / kSums) == 0 && i < ppw && r < total)
     store_gate_up(p, r / p.n_ff, r % p.n_ff, act_stride, v[0], up, so);
+  };
+  const int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * ppw;
+  if constexpr (BATCHED) {
+    // The slot's blocks walk its pairs (warp w of W takes groups w, w + W, …), the routing and
+    // x̂ staged once a block.
+    for (int r = r0; r < total; r += int(gridDim.x) * kWarps * ppw) pairs(r);
+  } else {
+    pairs(r0);
   }
 }
 
