@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "orchid/bench/serve_bench.h"
 #include "orchid/model/config.h"
 #include "orchid/runtime/sampler.h"
 #include "orchid/util/thread_pool.h"
@@ -118,6 +119,34 @@ int bench_synthetic(const std::string& what, const std::string& name,
 #endif
 }
 
+// `bench serve`: streams at once against a running server (orchid/bench/serve_bench.h).
+template <class Args>
+int bench_serve(const Args& a) {
+  ServeBenchOptions o;
+  if (a.url.empty()) return fail("bench serve: --url http://HOST:PORT of a running orchid serve");
+  if (Status s = parse_serve_url(a.url, o); !s.ok()) return fail(s.message());
+  auto streams = parse_token_list(a.streams);
+  if (!streams) return fail("--streams: " + streams.message());
+  auto prompts = parse_token_list(a.prompt_tokens);
+  if (!prompts) return fail("--prompt-tokens: " + prompts.message());
+  o.streams.assign(streams->begin(), streams->end());
+  o.prompt_tokens.assign(prompts->begin(), prompts->end());
+  for (int n : o.streams)
+    if (n < 1 || n > 256) return fail("--streams: 1 to 256 at once");
+  for (int p : o.prompt_tokens)
+    if (p < 1) return fail("--prompt-tokens: lengths must be positive");
+  o.max_tokens = a.max_tokens;
+  auto j = serve_bench(o);
+  if (!j) return fail(j.message());
+  (*j)["commit"] = source_commit();
+  (*j)["date"] = run_command("date -u +%Y-%m-%dT%H:%M:%SZ");
+  if (a.out.empty()) return 0;
+  std::ofstream f(a.out);
+  f << j->dump(2) << "\n";
+  if (!f) return fail("cannot write " + a.out);
+  return 0;
+}
+
 }  // namespace
 
 void add_bench(CLI::App& app, int& exit_code) {
@@ -125,13 +154,15 @@ void add_bench(CLI::App& app, int& exit_code) {
     ModelOptions model;
     std::string what = "all", lengths = "256,512,1024", out, synthetic;
     std::string ablation_lengths = "default", profile_lengths, batches;
+    std::string url, streams = "1,2,4,8", prompt_tokens = "4096,32768";
+    int max_tokens = 256;
     std::vector<std::string> series, ablations;
     int decode_tokens = 32;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode tokens/s");
-  cmd->add_option("what", args->what, "prefill | decode | all | plot")
-      ->check(CLI::IsMember({"prefill", "decode", "all", "plot"}));
+  cmd->add_option("what", args->what, "prefill | decode | all | plot | serve")
+      ->check(CLI::IsMember({"prefill", "decode", "all", "plot", "serve"}));
   add_model_options(cmd, args->model);
   cmd->add_option("--lengths", args->lengths, "prompt / context lengths, comma-separated");
   cmd->add_option("--decode-tokens", args->decode_tokens, "decode steps timed per context")
@@ -154,11 +185,20 @@ void add_bench(CLI::App& app, int& exit_code) {
                   "--synthetic decode: also decode this many states at once (comma-separated, "
                   "2 to 8; e.g. 2,4,8) at each context: aggregate tok/s and a per-kernel report "
                   "of the batched step at the first context");
+  cmd->add_option("--url", args->url,
+                  "serve: the running `orchid serve` to measure (http://HOST:PORT)");
+  cmd->add_option("--streams", args->streams,
+                  "serve: concurrent streams per case (comma-separated; default 1,2,4,8)");
+  cmd->add_option("--prompt-tokens", args->prompt_tokens,
+                  "serve: prompt lengths, about (comma-separated; default 4096,32768)");
+  cmd->add_option("--max-tokens", args->max_tokens, "serve: tokens each stream generates")
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--profile-lengths", args->profile_lengths,
                   "--synthetic prefill: more prompt lengths for the per-kernel report alone "
                   "(comma-separated; e.g. 131072, where the ablations would take minutes)");
   cmd->callback([args, &exit_code] {
     if (args->what == "plot") return void(exit_code = bench_plot(args->series, args->out));
+    if (args->what == "serve") return void(exit_code = bench_serve(*args));
     auto lengths = parse_token_list(args->lengths);
     if (!lengths) return void(exit_code = fail("--lengths: " + lengths.message()));
     if (!args->synthetic.empty()) {
