@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "../lockstep_picks.h"
 #include "../test_util.h"
 #include "orchid/backend/cpu/cpu_backend.h"
 #include "orchid/model/model.h"
@@ -26,41 +27,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 // n ids in [3, vocab), the same every run.
-// The CPU backend with decode_on_device done on the host (greedy), so the engine's on-device
-// decoding path runs without a GPU.
-class HostDecodingBackend final : public Backend {
- public:
-  explicit HostDecodingBackend(Backend& inner) : in_(inner) {}
-  std::string name() const override { return "host-decoding " + in_.name(); }
-  int64_t n_vocab() const override { return in_.n_vocab(); }
-  Expected<std::unique_ptr<BackendState>> new_state(int64_t n) override { return in_.new_state(n); }
-  Status forward(BackendState& st, std::span<const int32_t> tokens, LogitsMode mode,
-                 std::vector<float>& logits, int64_t chunk, const CancelCheck& cancel) override {
-    return in_.forward(st, tokens, mode, logits, chunk, cancel);
-  }
-  std::unique_ptr<StateSnapshot> snapshot(const BackendState& st) override {
-    return in_.snapshot(st);
-  }
-  Status restore(BackendState& st, const StateSnapshot& s) override { return in_.restore(st, s); }
-  bool can_decode_on_device() const override { return true; }
-  Expected<std::vector<int32_t>> decode_on_device(
-      BackendState& st, int32_t token, int max_new, const DeviceDecodeOptions& opts,
-      const std::function<bool(int32_t)>& on_token) override {
-    std::vector<int32_t> consumed;
-    std::vector<float> logits;
-    for (int i = 0; i < max_new; ++i) {
-      ORCHID_TRY(in_.forward(st, std::span(&token, 1), LogitsMode::last, logits));
-      consumed.push_back(token);
-      token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      if (std::count(opts.stop_ids.begin(), opts.stop_ids.end(), token) || !on_token(token)) break;
-    }
-    return consumed;
-  }
-
- private:
-  Backend& in_;
-};
-
 struct Outcome {
   Expected<GenerateResult> res = err("not run");
   std::vector<int32_t> ids;
@@ -236,7 +202,7 @@ TEST_F(EngineCancel, DecodeCancelledInsideAStep) {
 
 // On-device decoding (here emulated on the host) stops at the next pick after the flag.
 TEST_F(EngineCancel, DeviceDecodeCancelled) {
-  HostDecodingBackend device(*backend_);
+  LockstepPicks device(*backend_);
   const auto prompt = test::prompt_ids(40, backend_->n_vocab(), kPromptSeed);
   GenerateRequest req = request(prompt, 12);
   req.top_logprobs = -1;  // on-device decoding has no logprobs

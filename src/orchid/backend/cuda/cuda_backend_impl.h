@@ -358,6 +358,18 @@ struct CudaBackend::Profiler {
     marks.emplace_back(name, e);
     bytes.push_back(b);
   }
+  // Each launch's time since the mark before it, with its bytes (after the work has finished).
+  Expected<std::vector<KernelTiming>> timings() const {
+    std::vector<KernelTiming> out;
+    for (size_t i = 1; i < marks.size(); ++i) {
+      float ms = 0;
+      if (cudaError_t e = cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second);
+          e != cudaSuccess)
+        return err("profiler: ", cudaGetErrorString(e));
+      out.push_back({marks[i].first, double(ms), bytes[i]});
+    }
+    return out;
+  }
   ~Profiler() {
     for (cudaEvent_t e : pool) cudaEventDestroy(e);
   }

@@ -125,13 +125,7 @@ Expected<std::vector<KernelTiming>> CudaBackend::profile_batch_step(
   const SlotBatch b{int(lanes.size()), slot_stride_, slot_states_, 0, c_.n_layer};
   ORCHID_TRY(enqueue_step(nullptr, b, true, PickConfig{}, n_split, n_split_min, &prof));
   ORCHID_TRY(sync("profiled batched step"));
-  std::vector<KernelTiming> out;
-  for (size_t i = 1; i < prof.marks.size(); ++i) {
-    float ms = 0;
-    ORCHID_CUDA(cudaEventElapsedTime(&ms, prof.marks[i - 1].second, prof.marks[i].second));
-    out.push_back({prof.marks[i].first, double(ms), prof.bytes[i]});
-  }
-  return out;
+  return prof.timings();
 }
 
 Status CudaBackend::decode_slots(std::span<DecodeLane> lanes,

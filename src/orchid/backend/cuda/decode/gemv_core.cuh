@@ -294,6 +294,18 @@ __device__ __forceinline__ void stream_row_out(const GemvParams& p, bool argmax,
 
 constexpr int kPickThreads = 256;  // block size of most kernels that call finish_argmax
 
+// After each block has published its part: whether this block is the grid's last to finish (it
+// then sees every block's writes). `last`: a shared flag. Called by every thread.
+__device__ __forceinline__ bool last_block_to_finish(unsigned* ticket, bool& last) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
 // The warp's best (value, index) in every lane, by shuffles: `better` is a total order on the
 // pairs, so the tree gives the same winner as a serial scan.
 __device__ __forceinline__ void warp_best(float& v, int& i) {
@@ -338,12 +350,7 @@ __device__ __forceinline__ void finish_argmax(const GemvParams& p, float best_v,
     p.partial[2 * blockIdx.x + 1] = __int_as_float(best_i);
   }
   // Publish this block's result, then let the last block to finish do the reduction.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.ticket, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block_to_finish(p.ticket, last)) return;
   float bv = -INFINITY;
   int bi = 0x7fffffff;
   for (int b = threadIdx.x; b < int(gridDim.x); b += T) {
@@ -388,12 +395,7 @@ __device__ __forceinline__ void finish_argmax_slots(const GemvParams& p,
     }
     __syncthreads();  // warp 0's reads of cand_* before the next slot's writes
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.ticket, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block_to_finish(p.ticket, last)) return;
   for (int b = 0; b < kMaxSlots; ++b) {
     if (!(live >> b & 1)) continue;
     float bv = -INFINITY;

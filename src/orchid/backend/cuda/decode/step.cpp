@@ -247,15 +247,11 @@ Expected<std::vector<KernelTiming>> CudaBackend::profile_step(CudaState& st) {
   ORCHID_TRY(enqueue_step(&st, {}, true, pick, n_split, n_split, &prof));
   ORCHID_TRY(sync("profiled step"));
   st.n_past_ += 1;
-  std::vector<KernelTiming> out;
+  auto out = prof.timings();
+  if (!out) return out.error();
   const int64_t kv_row = int64_t(c_.n_head_kv) * c_.head_dim * 2 * 2;  // K + V bytes per token
-  for (size_t i = 1; i < prof.marks.size(); ++i) {
-    float ms = 0;
-    ORCHID_CUDA(cudaEventElapsedTime(&ms, prof.marks[i - 1].second, prof.marks[i].second));
-    int64_t bytes = prof.bytes[i];
-    if (prof.marks[i].first == "attention") bytes = st.n_past_ * kv_row;
-    out.push_back({prof.marks[i].first, double(ms), bytes});
-  }
+  for (KernelTiming& k : *out)
+    if (k.name == "attention") k.bytes = st.n_past_ * kv_row;
   return out;
 }
 

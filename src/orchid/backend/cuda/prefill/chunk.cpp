@@ -519,13 +519,7 @@ Expected<std::vector<KernelTiming>> CudaBackend::profile_prefill(CudaState& st,
   std::vector<float> logits(size_t(c_.n_vocab));
   prof.mark("start", 0);
   ORCHID_TRY(forward_chunked(st, tokens, LogitsMode::last, logits, 0, &prof, {}));
-  std::vector<KernelTiming> out;
-  for (size_t i = 1; i < prof.marks.size(); ++i) {
-    float ms = 0;
-    ORCHID_CUDA(cudaEventElapsedTime(&ms, prof.marks[i - 1].second, prof.marks[i].second));
-    out.push_back({prof.marks[i].first, double(ms), prof.bytes[i]});
-  }
-  return out;
+  return prof.timings();
 }
 
 }  // namespace orchid::cuda
