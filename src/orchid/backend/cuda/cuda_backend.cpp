@@ -33,6 +33,7 @@ Switches Switches::from_env() {
   s.fused_qk = !env_off("ORCHID_FUSED_QK");
   s.mma_attention = !env_off("ORCHID_MMA_ATTENTION");
   s.split_kv = !env_off("ORCHID_SPLIT_KV");
+  s.batch_decode = !env_off("ORCHID_BATCH_DECODE");
   if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK")) {
     const int n = std::atoi(v);
     if (n == 1)

@@ -38,7 +38,9 @@ struct MoeRouting;  // prefill/prefill_kernels.h
 //   ORCHID_FUSED_QK=0       the q/k RMSNorm, RoPE and KV write as three kernels instead of one;
 //   ORCHID_MMA_ATTENTION=0  attention on the CUDA cores instead of the tensor cores with the GQA
 //                           group's query heads packed as the rows of one tile;
-//   ORCHID_SPLIT_KV=0       one KV range per head instead of ranges of kKeysPerSplit keys.
+//   ORCHID_SPLIT_KV=0       one KV range per head instead of ranges of kKeysPerSplit keys;
+//   ORCHID_BATCH_DECODE=0   states decoding at once run one after the other instead of as the
+//                           lanes of one batched step (decode/batch.cpp).
 // Prefill (prefill/chunk.cpp):
 //   ORCHID_PREFILL_CHUNK=N  tokens a chunk (default: 16384 on GPUs of 64 GiB or more, else 8192;
 //                           prompts up to 8K are one chunk either way); N = 1 runs the prompt as one
@@ -74,6 +76,7 @@ struct Switches {
   bool fused_qk = true;
   bool mma_attention = true;
   bool split_kv = true;
+  bool batch_decode = true;
   bool prefill = true;    // ORCHID_PREFILL_CHUNK=1 turns it off
   int prefill_chunk = 0;  // 0: CudaBackend::chunk_tokens() picks it by the GPU's memory
   bool exact_prefill = true;

@@ -216,6 +216,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   const cuda::Switches base = be->switches();
   out["switches"] = {{"cuda_graph", base.graph},
                      {"split_kv", base.split_kv},
+                     {"batch_decode", base.batch_decode},
                      {"pdl", base.pdl},
                      {"fused_norm", base.fused_norm},
                      {"mma_attention", base.mma_attention},
@@ -242,9 +243,16 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
       for (int B : opts.batches) {
         auto s = batch_speed(*be, B, n, opts.tokens);
         if (!s) return s.error();
+        // The matched ablation: the same states one after the other (ORCHID_BATCH_DECODE=0).
+        be->switches().batch_decode = false;
+        auto off = batch_speed(*be, B, n, opts.tokens);
+        be->switches() = base;
+        if (!off) return off.error();
         row[std::to_string(B)] = *s;
-        std::printf("%10lld %8d %18.1f %12.2f\n", static_cast<long long>(n), B, *s,
-                    *s / speed[std::to_string(n)].get<double>());
+        row[std::to_string(B) + "_batch_decode_off"] = *off;
+        std::printf("%10lld %8d %18.1f %12.2f   (batch_decode off: %.1f)\n",
+                    static_cast<long long>(n), B, *s, *s / speed[std::to_string(n)].get<double>(),
+                    *off);
         std::fflush(stdout);
       }
       batched[std::to_string(n)] = row;

@@ -20,7 +20,7 @@ namespace orchid::cuda {
 
 bool CudaBackend::batch_step_runs() {
   const Switches& w = sw_;
-  if (!(w.dp4a && w.fused_norm && w.fused_routing && w.fused_expert && w.fused_qk &&
+  if (!(w.batch_decode && w.dp4a && w.fused_norm && w.fused_routing && w.fused_expert && w.fused_qk &&
         w.mma_attention && w.split_kv && bulk_batched_supported()))
     return false;
   if (batch_runs_ < 0) {
