@@ -242,7 +242,7 @@ std::vector<std::optional<Status>> Engine::run_burst(const std::vector<Lane*>& b
   struct Seen {
     int shown = 0;
     int32_t last = 0;
-    bool caller_stopped = false, cancelled = false;
+    bool cancelled = false;
   };
   std::vector<Seen> seen(batch.size());
   std::vector<DecodeLane> lanes(batch.size());
@@ -266,8 +266,7 @@ std::vector<std::optional<Status>> Engine::run_burst(const std::vector<Lane*>& b
       ++l.res->completion_tokens;
       TokenEvent ev;
       ev.id = id;
-      if (!(*l.on_token)(ev)) sn.caller_stopped = true;
-      return !sn.caller_stopped;
+      return (*l.on_token)(ev);  // false ends the lane (DecodeLane::ended)
     };
   }
   Status st;
@@ -287,7 +286,7 @@ std::vector<std::optional<Status>> Engine::run_burst(const std::vector<Lane*>& b
     }
     if (sn.cancelled)
       l.res->finish_reason = "cancelled";
-    else if (sn.caller_stopped || lanes[i].ended)
+    else if (lanes[i].ended)
       l.res->finish_reason = "stop";  // a stop id, or the caller
     // What the state holds: what it held, then every token the device consumed from `next` on
     // (it may have run a step past the last one shown to the caller).
