@@ -69,6 +69,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x == 0) y[blockIdx.x] = xd[threadIdx.x % units].x;
 }
 
+// The batched GEMV's prologue alone: every live slot's x̂ staged and quantised, as
+// upfront_gemv_kernel<BATCHED> does it in each block.
+__global__ void __launch_bounds__(kThreads, 2)
+    prologue_slots_kernel(const float* x, int64_t stride, int slots, const float* norm, int cols,
+                          float* y) {
+  extern __shared__ float4 smem4[];
+  __shared__ float scratch[32 * kMaxSlots];
+  grid_dep_wait();
+  grid_dep_release();
+  stage_x_quant_slots(x, stride, (1u << slots) - 1u, cols, norm, 1e-6f, false,
+                      reinterpret_cast<unsigned char*>(smem4), scratch);
+  const SlotCodes sc(reinterpret_cast<unsigned char*>(smem4), cols / 32, slots - 1);
+  if (threadIdx.x == 0) y[blockIdx.x] = sc.xd[0].x;
+}
+
 // The chain as one persistent kernel instead of kSets launches: every block is resident (grid from
 // the occupancy API), requests its rows of stage v before it waits, then spins on the count of
 // blocks done with stage v − 1 (acquire at gpu scope) instead of a kernel boundary; each block
@@ -420,6 +435,94 @@ int main(int argc, char** argv) {
     chain("routing in the prologue", p, false);
     chain("sel given (no routing)", given, false);
     chain("routing kernel alone", p, true);
+  }
+  // The batched GEMV (decode of several states, issue 32) at 1, 2, 4 and 8 slots on the model's
+  // shapes, against its prologue alone on the same grid; 30 weight sets as above.
+  {
+    const int64_t stride = 16384;
+    float *xs, *ys, *codes;
+    LAB_CHECK(cudaMalloc(&xs, size_t(kMaxSlots) * stride * 4));
+    LAB_CHECK(cudaMalloc(&ys, size_t(kMaxSlots) * stride * 4));
+    LAB_CHECK(cudaMalloc(&codes, size_t(kMaxSlots) * stride * 4));
+    if (!launch_fill_uniform_f32(xs, kMaxSlots * stride, -1.f, 1.f, 7, s)) return 1;
+    struct BShape {
+      const char* name;
+      int rows, cols;
+      DevFormat fmt;
+    };
+    for (const BShape& sh : {BShape{"gdn in 12352x2048", 12352, 2048, DevFormat::q4},
+                             BShape{"out 2048x4096", 2048, 4096, DevFormat::q4},
+                             BShape{"router q8 257x2048", 257, 2048, DevFormat::q8}}) {
+      const int units = sh.fmt == DevFormat::q4 ? sh.cols / 32 : sh.cols / 16;
+      std::vector<DevMatrix> ms(kSets);
+      for (int v = 0; v < kSets; ++v) {
+        void* w;
+        uint32_t* sb;
+        LAB_CHECK(cudaMalloc(&w, size_t(sh.rows) * units * 16));
+        LAB_CHECK(cudaMalloc(&sb, size_t(sh.rows) * (sh.cols / 64) * 4));
+        if (!launch_fill_random(w, int64_t(sh.rows) * units * 4, 300 + v, s) ||
+            !launch_fill_scale_bias(sb, int64_t(sh.rows) * (sh.cols / 64), 0.05f, 4, 400 + v, s))
+          return 1;
+        DevMatrix& m = ms[size_t(v)];
+        m.w = w, m.sb = sb, m.rows = sh.rows, m.cols = sh.cols, m.units = units, m.group = 64;
+        m.fmt = sh.fmt;
+      }
+      const int64_t bytes = int64_t(sh.rows) * units * 16 + int64_t(sh.rows) * (sh.cols / 64) * 4;
+      for (int slots : {1, 2, 4, 8}) {
+        for (int mode : {0, 1, 2}) {  // staged in every block; quantised once: dp4a, tensor cores
+          const bool once = mode > 0;
+          if (once && slots == 1) continue;
+          set_slot_mma_enabled(mode == 2);
+          auto params = [&](const DevMatrix& m) {
+            GemvParams p;
+            p.task[0].m = m, p.task[0].y = ys, p.n_task = 1, p.x = xs, p.cols = sh.cols;
+            p.norm = norm;
+            p.batch.slots = slots, p.batch.stride = stride;
+            if (once) p.x_codes = codes;
+            return p;
+          };
+          if (!launch_gemv(params(ms[0]), s)) return 1;
+          LAB_CHECK(cudaStreamSynchronize(s));
+          Result r{sh.name, std::string(mode == 2 ? "batched, once, int8 mma, "
+                                        : once    ? "batched, x quantised once, "
+                                                  : "batched gemv, ") +
+                                std::to_string(slots) + " slots"};
+          r.us = time_chain(s,
+                            [&] {
+                              for (int v = 0; v < kSets; ++v)
+                                if (!launch_gemv(params(ms[size_t(v)]), s)) std::exit(1);
+                            }) /
+                 kSets;
+          r.gbps = double(bytes) / (r.us * 1e3);
+          results.push_back(r);
+        }
+        for (int blocks : {33}) {
+          const size_t smem = x_quant_smem_bytes(sh.cols / 32) * size_t(slots);
+          LAB_CHECK(cudaFuncSetAttribute(prologue_slots_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+          Result q{sh.name, "prologue of " + std::to_string(slots) + " slots, " +
+                                std::to_string(blocks) + " blocks"};
+          q.us = time_chain(s,
+                            [&] {
+                              for (int v = 0; v < kSets; ++v)
+                                if (!launch("prologue slots", prologue_slots_kernel, dim3(blocks),
+                                            dim3(kThreads), smem, s,
+                                            static_cast<const float*>(xs), stride, slots,
+                                            static_cast<const float*>(norm), sh.cols, ys))
+                                  std::exit(1);
+                            }) /
+                 kSets;
+          results.push_back(q);
+        }
+      }
+      for (DevMatrix& m : ms) {
+        LAB_CHECK(cudaFree(const_cast<void*>(m.w)));
+        LAB_CHECK(cudaFree(const_cast<uint32_t*>(m.sb)));
+      }
+    }
+    LAB_CHECK(cudaFree(xs));
+    LAB_CHECK(cudaFree(ys));
+    LAB_CHECK(cudaFree(codes));
   }
   std::printf("%-24s %-44s %8s %8s %10s\n", "shape", "variant", "us", "GB/s", "rel err");
   for (const Result& r : results)

@@ -8,6 +8,8 @@
 // 64,516, so the bound adds Σ|scale · code_c| · gmax(c) / 64,516 (a worst case).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 
 #include "../cuda_test_matrix.h"
 #include "../cuda_test_reference.h"
@@ -217,6 +219,83 @@ TEST(CudaGemv, BulkStreamRunsOnHopper) {
 
 // The router GEMV (router + shared-expert gate → E + 1 logits), then the expert gate/up launch
 // routing from them: top-k (ties to the lower id) renormalised, plus the shared slot.
+// A batched launch (2…8 slots, x̂ staged in every block or quantised once into x_codes) gives
+// each slot the bytes its batch-1 launch gives it: the batched decode's bit identity (issue 32)
+// rests on this. Shapes: the DeltaNet in-projection's four tasks, the 4,096-wide out-projection
+// with its residual, the q8 router with the shared-expert gate.
+TEST(CudaGemv, BatchedSlotsEqualEachSlotAlone) {
+  ORCHID_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Case {
+    DevFormat fmt;
+    int cols;
+    std::vector<int> rows;
+    bool norm, add;
+  };
+  const Case cases[] = {{DevFormat::q4, 2048, {1000, 513, 32, 32}, true, false},
+                        {DevFormat::q4, 4096, {2048}, false, true},
+                        {DevFormat::q8, 2048, {256, 1}, true, false}};
+  constexpr int64_t kStride = 8192;
+  for (const Case& c : cases) {
+    std::vector<HostMatrix> hm;
+    for (int r : c.rows) hm.emplace_back(c.fmt, r, c.cols, rng);
+    std::vector<std::unique_ptr<DeviceMatrix>> dm;
+    for (const HostMatrix& h : hm) dm.push_back(std::make_unique<DeviceMatrix>(h));
+    const int n_task = int(c.rows.size());
+    auto x = test::random_floats(size_t(cuda::kMaxSlots) * kStride, -2.f, 2.f, rng);
+    auto norm = test::random_floats(size_t(c.cols), 0.5f, 1.5f, rng);
+    auto add = test::random_floats(size_t(cuda::kMaxSlots) * kStride, -3.f, 3.f, rng);
+    DevBuf<float> dx(x), dnorm(norm), codes{size_t(cuda::kMaxSlots) * kStride}, y1{size_t(kStride)};
+    std::vector<std::unique_ptr<DevBuf<float>>> dy;
+    for (int t = 0; t < n_task; ++t)
+      dy.push_back(c.add ? std::make_unique<DevBuf<float>>(add)
+                         : std::make_unique<DevBuf<float>>(size_t(cuda::kMaxSlots) * kStride));
+    auto params = [&](int slots) {
+      cuda::GemvParams p;
+      for (int t = 0; t < n_task; ++t)
+        p.task[t] = {dm[size_t(t)]->m, dy[size_t(t)]->get(), c.add ? dy[size_t(t)]->get() : nullptr};
+      p.n_task = n_task, p.x = dx.get(), p.cols = c.cols, p.norm = c.norm ? dnorm.get() : nullptr;
+      p.batch.slots = slots, p.batch.stride = kStride;
+      return p;
+    };
+    for (int slots : {2, 5, 8})
+      for (bool once : {false, true}) {
+        // Reset the outputs (in place: y = add + W·x̂).
+        for (auto& y : dy)
+          ORCHID_CUDA_OK(cudaMemcpy(y->get(), add.data(), add.size() * 4, cudaMemcpyHostToDevice));
+        cuda::GemvParams p = params(slots);
+        if (once) p.x_codes = codes.get();
+        ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+        ORCHID_CUDA_OK(cudaDeviceSynchronize());
+        for (int t = 0; t < n_task; ++t) {
+          const std::vector<float> got = dy[size_t(t)]->host();
+          for (int b = 0; b < slots; ++b) {
+            ORCHID_CUDA_OK(cudaMemcpy(y1.get(), add.data() + b * kStride, size_t(kStride) * 4,
+                                      cudaMemcpyHostToDevice));
+            cuda::GemvParams one = params(1);
+            one.batch = {};
+            one.n_task = 1;
+            one.task[0] = {dm[size_t(t)]->m, y1.get(), c.add ? y1.get() : nullptr};
+            one.x = dx.get() + b * kStride;
+            // The batch-1 launch of the task alone runs the kernel the group's launch runs
+            // (its rows differ; a row's sum does not depend on the rows beside it).
+            ASSERT_TRUE(cuda::launch_gemv(one, nullptr).ok());
+            ORCHID_CUDA_OK(cudaDeviceSynchronize());
+            const std::vector<float> alone = y1.host();
+            int bad = 0;
+            for (int r = 0; r < c.rows[size_t(t)]; ++r)
+              if (std::memcmp(&alone[size_t(r)], &got[size_t(b * kStride + r)], 4) != 0 &&
+                  bad++ < 3)
+                ADD_FAILURE() << "cols " << c.cols << " task " << t << " slots " << slots
+                              << (once ? " (codes once)" : "") << " slot " << b << " row " << r
+                              << ": " << got[size_t(b * kStride + r)] << " batched, "
+                              << alone[size_t(r)] << " alone";
+          }
+        }
+      }
+  }
+}
+
 TEST(CudaRouting, GateUpPicksTopKRenormalisesAndAddsTheSharedSlot) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());

@@ -34,6 +34,7 @@ Switches Switches::from_env() {
   s.mma_attention = !env_off("ORCHID_MMA_ATTENTION");
   s.split_kv = !env_off("ORCHID_SPLIT_KV");
   s.batch_decode = !env_off("ORCHID_BATCH_DECODE");
+  s.slot_mma = !env_off("ORCHID_SLOT_MMA");
   if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK")) {
     const int n = std::atoi(v);
     if (n == 1)
@@ -56,6 +57,7 @@ Switches Switches::from_env() {
 void Switches::apply() const {
   set_pdl_enabled(pdl);
   set_dp4a_enabled(dp4a);
+  set_slot_mma_enabled(slot_mma);
   set_attention_mma_enabled(mma_attention);
 }
 
@@ -63,7 +65,7 @@ std::string Switches::graph_key() const {
   return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
          std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
-         std::to_string(fused_qk);
+         std::to_string(fused_qk) + "/" + std::to_string(slot_mma);
 }
 
 CudaState::~CudaState() {
@@ -132,6 +134,8 @@ Status CudaBackend::init() {
     take(k_work_, int64_t(c_.n_head_kv) * hd);
     take(part_acc_, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * hd);
     take(part_ml_, int64_t(c_.n_head_kv) * kMaxSplitsPerHead * group * 2);
+    const int widest = std::max({H, c_.lin_value_dim(), c_.n_head * hd});
+    take(x_codes_, x_codes_bytes(widest / 32) / 4);
     take(token_, 1);
     take(slot_pos_, 1);
     take(slot_halt_, 1);

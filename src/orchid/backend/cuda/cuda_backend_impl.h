@@ -77,6 +77,7 @@ struct Switches {
   bool mma_attention = true;
   bool split_kv = true;
   bool batch_decode = true;
+  bool slot_mma = true;  // the batched q4 GEMVs on the int8 tensor cores
   bool prefill = true;    // ORCHID_PREFILL_CHUNK=1 turns it off
   int prefill_chunk = 0;  // 0: CudaBackend::chunk_tokens() picks it by the GPU's memory
   bool exact_prefill = true;
@@ -316,6 +317,7 @@ class CudaBackend final : public Backend {
   float *gate_up_raw_ = nullptr, *slot_out_ = nullptr, *k_work_ = nullptr;
   float *partial_ = nullptr, *part_acc_ = nullptr, *part_ml_ = nullptr;
   float* xnorm_ = nullptr;  // [n_embd] normed residual when RMSNorm runs unfused
+  float* x_codes_ = nullptr;  // a batched GEMV's x̂ codes (GemvParams::x_codes), one a slot
   int act_stride_ = 0;      // floats per slot row of act_
   int *sel_ = nullptr, *token_ = nullptr, *prompt_ = nullptr, *stop_ids_ = nullptr;
   uint32_t* allowed_ = nullptr;  // [ceil(n_vocab / 32)] the constrained pick's bitset

@@ -217,6 +217,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
   out["switches"] = {{"cuda_graph", base.graph},
                      {"split_kv", base.split_kv},
                      {"batch_decode", base.batch_decode},
+                     {"slot_mma", base.slot_mma},
                      {"pdl", base.pdl},
                      {"fused_norm", base.fused_norm},
                      {"mma_attention", base.mma_attention},
@@ -248,11 +249,17 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         auto off = batch_speed(*be, B, n, opts.tokens);
         be->switches() = base;
         if (!off) return off.error();
+        // And the batched GEMVs on dp4a instead of the int8 tensor cores (ORCHID_SLOT_MMA=0).
+        be->switches().slot_mma = false;
+        auto no_mma = batch_speed(*be, B, n, opts.tokens);
+        be->switches() = base;
+        if (!no_mma) return no_mma.error();
         row[std::to_string(B)] = *s;
         row[std::to_string(B) + "_batch_decode_off"] = *off;
-        std::printf("%10lld %8d %18.1f %12.2f   (batch_decode off: %.1f)\n",
+        row[std::to_string(B) + "_slot_mma_off"] = *no_mma;
+        std::printf("%10lld %8d %18.1f %12.2f   (batch_decode off: %.1f, slot_mma off: %.1f)\n",
                     static_cast<long long>(n), B, *s, *s / speed[std::to_string(n)].get<double>(),
-                    *off);
+                    *off, *no_mma);
         std::fflush(stdout);
       }
       batched[std::to_string(n)] = row;

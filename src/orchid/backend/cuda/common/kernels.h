@@ -73,6 +73,12 @@ struct GemvTask {
   const float* add = nullptr;  // optional [m.rows] added to the product (the residual)
 };
 
+// Bytes of one slot's quantised x̂ for the dp4a GEMVs (decode/dp4a_q4.cuh: codes of `units`
+// 32-element units, then (d, sum) per unit, then the sum of each 8-element word).
+ORCHID_HOST_DEVICE constexpr int64_t x_codes_bytes(int units) {
+  return int64_t(units) * (4 * 16 + 8 + 4 * 4);
+}
+
 // What happens after the dot products.
 enum class GemvEpilogue : uint8_t {
   store,   // y = W·x̂ (+ add)
@@ -109,6 +115,11 @@ struct GemvParams {
   // host_token + 2b; token, pos and stopped move with the batch's stride.
   const float* slot_inv_temp = nullptr;
   const uint64_t* slot_seed = nullptr;
+  // Batched, optional: room for every slot's x̂ codes (x_codes_bytes(cols / 32) bytes at each
+  // slot's b · stride floats). Given, a kernel of its own quantises each slot's x̂ once a step
+  // into it, instead of every block of the GEMV quantising every slot's (measured: 8.7 µs of a
+  // 24.8 µs 8-slot launch).
+  float* x_codes = nullptr;
 };
 constexpr int kMaxStopIds = 64;
 // At most this many blocks per launch (size `partial` as 2 × this).
@@ -244,6 +255,10 @@ bool sm90a_kernel_runs(const void* kernel, size_t smem);
 // the earlier fp32 kernels (the ablation). Process-wide; the backend sets it from its switch.
 bool dp4a_enabled();
 void set_dp4a_enabled(bool on);
+// The batched decode's q4 GEMVs on the int8 tensor cores (decode/gemv_slots_mma.cu) instead of
+// dp4a; off: ORCHID_SLOT_MMA=0.
+bool slot_mma_enabled();
+void set_slot_mma_enabled(bool on);
 // Single q4 GEMVs of 2,048 columns and at least stream_min_rows() rows (default 32768: the
 // lm_head) run as a stream with dp4a on: a bulk-copy stream (decode/gemv_bulk.cu: TMA fills
 // shared-memory stages, ~180 KB in flight an SM) on an sm_90a device, else the register stream

@@ -31,6 +31,7 @@ struct XQuant {
 __host__ __device__ constexpr size_t x_quant_smem_bytes(int units) {
   return size_t(units) * (4 * sizeof(int4) + sizeof(float2) + 4 * sizeof(float));
 }
+static_assert(x_quant_smem_bytes(3) == size_t(x_codes_bytes(3)));
 
 __device__ __forceinline__ int pack_bytes(int a, int b, int c, int d) {
   return (a & 0xff) | ((b & 0xff) << 8) | ((c & 0xff) << 16) | (d << 24);
@@ -121,12 +122,15 @@ __device__ __forceinline__ void stage_x_quant(const float* x, int cols, const fl
 
 // Where slot b's codes sit in a batched GEMV's shared memory (x_quant_smem_bytes(units) a slot):
 // codes, then (d, sum) per unit, then the q8 word sums.
+// The same layout in global memory, at `at` (GemvParams::x_codes).
 struct SlotCodes {
   int4* xq;
   float2* xd;
   float* xw;
-  __device__ __forceinline__ SlotCodes(unsigned char* smem, int units, int b) {
-    xq = reinterpret_cast<int4*>(smem + size_t(b) * x_quant_smem_bytes(units));
+  __device__ __forceinline__ SlotCodes(unsigned char* smem, int units, int b)
+      : SlotCodes(smem + size_t(b) * x_quant_smem_bytes(units), units) {}
+  __device__ __forceinline__ SlotCodes(unsigned char* at, int units) {
+    xq = reinterpret_cast<int4*>(at);
     xd = reinterpret_cast<float2*>(xq + 4 * units);
     xw = reinterpret_cast<float*>(xd + units);
   }
@@ -276,6 +280,25 @@ __device__ __forceinline__ float dot_unit_dp4a8(uint4 w, uint32_t sb, const XQua
   return fmaf(bf16_lo(sb), qx, fmaf(bf16_hi(sb), q.sum, acc));
 }
 
+// float(i), exactly, for |i| < 2²²: i added to the bits of 1.5 · 2²³ (one unit in the last place
+// there is 1), minus 1.5 · 2²³ — two full-rate instructions where the conversion unit runs at a
+// quarter rate.
+__device__ __forceinline__ float small_int_to_float(int i) {
+  return __int_as_float(0x4B400000 + i) - 12582912.f;
+}
+
+// acc plus one q4 unit's term, from its integer sums h16 = 16 Σ q·hi and l16 = 16 Σ q·lo (q the
+// weight codes, hi / lo x̂'s codes; |sums| < 2²⁰), x̂'s (d, Σ x̂) and the weights' (scale, bias)
+// sb. Every path that wants the dp4a GEMV's bits calls this (the dp4a dot and the batched
+// tensor-core GEMV).
+__device__ __forceinline__ float unit_term(int h16, int l16, float d, float sum, uint32_t sb,
+                                           float acc) {
+  // Σ codes·x̂ = d (Σ q·hi + Σ q·lo / 254).
+  const float qx =
+      d * (1.f / 16.f) * (small_int_to_float(h16) + small_int_to_float(l16) * (1.f / 254.f));
+  return fmaf(bf16_lo(sb), qx, fmaf(bf16_hi(sb), sum, acc));
+}
+
 // acc plus one q4 weight unit times x̂'s unit q (the dp4a counterpart of partial_dot's step).
 __device__ __forceinline__ float dot_unit_dp4a(uint4 w, uint32_t sb, const XQuantUnit& q,
                                                float acc) {
@@ -289,9 +312,8 @@ __device__ __forceinline__ float dot_unit_dp4a(uint4 w, uint32_t sb, const XQuan
     l = dp4a_us(even, q.le[t], l);
     l16 = dp4a_us(odd16, q.lo[t], l16);
   }
-  // Σ codes·x̂ = d (Σ q·hi + Σ q·lo / 254); the odd products carry a factor 16.
-  const float qx = q.d * (1.f / 16.f) * (float(h * 16 + h16) + float(l * 16 + l16) * (1.f / 254.f));
-  return fmaf(bf16_lo(sb), qx, fmaf(bf16_hi(sb), q.sum, acc));
+  // The odd products carry a factor 16.
+  return unit_term(h * 16 + h16, l * 16 + l16, q.d, q.sum, sb, acc);
 }
 
 // This lane's part of W[row] · x̂ for q8 rows.

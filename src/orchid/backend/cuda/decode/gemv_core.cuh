@@ -425,6 +425,11 @@ __device__ __forceinline__ void finish_argmax_slots(const GemvParams& p,
 // takes.
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
 
+// The batched q4 GEMV on the int8 tensor cores (decode/gemv_slots_mma.cu) for p (2+ slots,
+// x_codes already quantised, q4 rows of 2,048 or 4,096 columns; `total` rows of all tasks); false
+// when switched off (ORCHID_SLOT_MMA=0) or p is not a launch it takes.
+Expected<bool> launch_slots_mma_gemv(const GemvParams& p, int total, cudaStream_t s);
+
 // The streaming dp4a GEMV of decode/gemv_stream.cu for p (one q4 matrix of 2,048 columns and at least
 // stream_min_rows() rows: the lm_head), validated by launch_gemv: the bulk-copy form where
 // launch_bulk_gemv takes it, else the register form. Returns false when p is not a launch it

@@ -79,7 +79,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   // same order whatever that is).
   constexpr int D = ROWS <= 1 ? 1 : ROWS <= 2 ? 2 : ROWS <= 4 ? 4 : 8;
   auto rows_out = [&](int b, int64_t so) {
-    const SlotCodes sc(smem, units, b);
+    const SlotCodes sc = BATCHED && p.x_codes
+                             ? SlotCodes(reinterpret_cast<unsigned char*>(p.x_codes + so), units)
+                             : SlotCodes(smem, units, b);
     float acc[D];
 #pragma unroll
     for (int i = 0; i < D; ++i) acc[i] = 0.f;
@@ -113,8 +115,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int b = 0; b < p.batch.slots; ++b)
       if (!(p.halt && p.halt[b * stride])) live |= 1u << b;
     if (live == 0) return;
-    stage_x_quant_slots(p.x, stride, live, p.cols, p.norm, p.eps, F == DevFormat::q8, smem,
-                        scratch);
+    if (!p.x_codes)
+      stage_x_quant_slots(p.x, stride, live, p.cols, p.norm, p.eps, F == DevFormat::q8, smem,
+                          scratch);
     // One round where the grid holds every row (the shapes of this model), else more.
     const int step = int(gridDim.x) * kWarps * rpw;
     for (bool first = true; r0 < total; r0 += step, first = false) {
@@ -129,19 +132,47 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (live >> b & 1) rows_out(b, b * stride);
     }
   } else {
-    if (p.halt && *p.halt) return;
+    // Grid y: the slot (a batch whose rows are few: its blocks run the batch-1 kernel once a
+    // slot, the weights read again from L2).
+    const int64_t so = int64_t(blockIdx.y) * p.batch.stride;
+    if (p.halt && p.halt[so]) return;
     const SlotCodes sc(smem, units, 0);
-    stage_x_quant(p.x, p.cols, p.norm, p.eps, sc.xq, sc.xd, F == DevFormat::q8 ? sc.xw : nullptr,
-                  scratch);
-    rows_out(0, 0);
+    stage_x_quant(p.x + so, p.cols, p.norm, p.eps, sc.xq, sc.xd,
+                  F == DevFormat::q8 ? sc.xw : nullptr, scratch);
+    rows_out(0, so);
   }
 }
 
+// Block b: slot b's x̂ quantised into GemvParams::x_codes, each code as the batch-1 kernel's
+// stage_x_quant makes it (it is that function).
+__global__ void __launch_bounds__(kThreads) quantize_slots_kernel(const __grid_constant__ GemvParams p,
+                                                                  bool word_sums) {
+  __shared__ float scratch[32];
+  grid_dep_wait();
+  grid_dep_release();
+  const int64_t so = int64_t(blockIdx.x) * p.batch.stride;
+  if (p.halt && p.halt[so]) return;
+  const SlotCodes sc(reinterpret_cast<unsigned char*>(p.x_codes + so), p.cols / 32);
+  stage_x_quant(p.x + so, p.cols, p.norm, p.eps, sc.xq, sc.xd, word_sums ? sc.xw : nullptr,
+                scratch);
+}
+
 // A batch: one wave (as many blocks as fit), each warp the fewest rows (≤ ROWS) that cover all.
+// q4 with x_codes: each slot's x̂ quantised first by a launch of its own (4 slots: gdn in
+// 14.4 → 11.8 µs, out 13.7 → 10.7; bench/cuda/gemv_lab.cu). Not the q8 router: its 33 blocks
+// stage 8 slots in 8.6 µs, but read from L2 each slot's codes cost more (7.7 → 8.2 µs).
 template <DevFormat F, int NI, int ROWS>
-Expected<bool> launch_slots(const GemvParams& p, int total, cudaStream_t s) {
+Expected<bool> launch_slots(GemvParams p, int total, cudaStream_t s) {
   const auto kernel = upfront_gemv_kernel<F, NI, ROWS, true>;
-  const size_t smem = x_quant_smem_bytes(p.cols / 32) * size_t(p.batch.slots);
+  if (F != DevFormat::q4) p.x_codes = nullptr;
+  if (p.x_codes) {
+    if (Status st = launch("quantize x (slots)", quantize_slots_kernel, dim3(p.batch.slots),
+                           dim3(kThreads), 0, s, p, F == DevFormat::q8);
+        !st.ok())
+      return st.error();
+    if (Expected<bool> done = launch_slots_mma_gemv(p, total, s); !done || *done) return done;
+  }
+  const size_t smem = p.x_codes ? 0 : x_quant_smem_bytes(p.cols / 32) * size_t(p.batch.slots);
   if (smem > 48 * 1024)
     if (cudaError_t e =
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -161,7 +192,11 @@ Expected<bool> launch_slots(const GemvParams& p, int total, cudaStream_t s) {
 template <DevFormat F, int NI, int ROWS>
 Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
   // A batch: up to 6 rows a warp (2 of 4,096 columns): the registers beside a unit of codes.
-  if (p.batch.slots > 1) return launch_slots<F, NI, NI == 2 ? 6 : 2>(p, total, s);
+  // The q8 router's few rows (257): the batch-1 kernel once a slot (grid y), whose blocks each
+  // stage one slot's x̂ (a block staging all 8 took 8.6 of the launch's 13.7 µs).
+  const bool per_slot = F == DevFormat::q8 && p.batch.slots > 1;
+  if (p.batch.slots > 1 && !per_slot) return launch_slots<F, NI, NI == 2 ? 6 : 2>(p, total, s);
+  const int slots = per_slot ? p.batch.slots : 1;
   const auto kernel = upfront_gemv_kernel<F, NI, ROWS, false>;
   const size_t smem = x_quant_smem_bytes(p.cols / 32);
   int rpw =
@@ -175,13 +210,15 @@ Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
   const int blocks = (total + kWarps * rpw - 1) / (kWarps * rpw);
   size_t dyn = smem;
   // The router's 33 blocks reserve over half an SM's shared memory each, so they land one an SM.
-  if (F == DevFormat::q8 && blocks <= sm_count()) dyn = std::max(smem, one_block_per_sm_smem());
+  if (F == DevFormat::q8 && blocks * slots <= sm_count())
+    dyn = std::max(smem, one_block_per_sm_smem());
   if (dyn > 48 * 1024)
     if (cudaError_t e =
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn));
         e != cudaSuccess)
       return err("upfront gemv: ", cudaGetErrorString(e));
-  if (Status st = launch("upfront gemv", kernel, dim3(blocks), dim3(kThreads), dyn, s, p, rpw);
+  if (Status st =
+          launch("upfront gemv", kernel, dim3(blocks, slots), dim3(kThreads), dyn, s, p, rpw);
       !st.ok())
     return st.error();
   return true;

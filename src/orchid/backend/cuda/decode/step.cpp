@@ -40,6 +40,7 @@ Status CudaBackend::enqueue_gemv_group(GemvTask* tasks, int n, const float* x, i
     GemvParams p;
     p.x = x, p.cols = cols, p.norm = norm, p.eps = c_.rms_norm_eps, p.halt = halt;
     p.batch = batch;
+    if (batch.slots > 1) p.x_codes = x_codes_;
     p.task[0] = tasks[done];
     p.n_task = 1;
     int64_t bytes = matrix_bytes(tasks[done].m);
