@@ -292,7 +292,10 @@ void run_gemm(const GemmCase& cs) {
     }
   }
   EXPECT_EQ(bad, 0) << "worst error / bound " << worst;
-  if (cs.exact) {
+  // The exact path's aggregate bound, where there are enough outputs for it to mean something:
+  // a single dot product (M = N = 1) that happens to cancel to near zero has a large relative
+  // error while within its per-element bound above (seen: 2.1e-5 at M 1 N 1 K 2048).
+  if (cs.exact && int64_t(cs.m) * cs.n >= 64) {
     EXPECT_LE(std::sqrt(err2 / ref2), 1e-5) << "rel. L2 of the product";
   }
 }
