@@ -33,6 +33,7 @@ void add_serve(CLI::App& app, int& exit_code) {
     std::string quantize;
     size_t max_body_bytes = 8 << 20;
     int64_t state_cache_mb = 1024;
+    int64_t state_cache_host_mb = 8192;
   };
   auto args = std::make_shared<Args>();
   auto& o = args->opts;
@@ -65,6 +66,10 @@ void add_serve(CLI::App& app, int& exit_code) {
                   "memory for multi-turn state snapshots, MiB")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
       ->capture_default_str();
+  cmd->add_option("--state-cache-host-mb", args->state_cache_host_mb,
+                  "host memory for state snapshots the GPU's budget evicts, MiB (0: drop them)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
+      ->capture_default_str();
   cmd->add_option(
          "--backend", o.backend,
          "compute backend: auto (cuda when a GPU is usable), cpu, cuda, or scripted (tests)")
@@ -85,6 +90,7 @@ void add_serve(CLI::App& app, int& exit_code) {
   cmd->callback([args, &exit_code] {
     args->opts.max_body_bytes = args->max_body_bytes;
     args->opts.state_cache_bytes = args->state_cache_mb << 20;
+    args->opts.state_cache_host_bytes = args->state_cache_host_mb << 20;
     args->opts.quantize_q4 = args->quantize == "q4";
     auto dir = model_dir_or_demo(args->opts.model_dir);
     if (!dir) return void(exit_code = fail(dir.message()));

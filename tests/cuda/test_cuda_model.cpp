@@ -230,6 +230,19 @@ TEST_P(CudaGolden, DeviceDecodingEqualsHostGreedyAndStopsOnStopIds) {
   });
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_EQ(dev, host);
+  // The state cache's host tier: the snapshot moved to host memory restores the same state (the
+  // rest of this test restores from there).
+  ASSERT_TRUE(snap->on_device());
+  ASSERT_TRUE(cuda_->move_to_host(*snap).ok());
+  EXPECT_FALSE(snap->on_device());
+  ASSERT_TRUE(cuda_->restore(**h, *snap).ok());
+  dev.clear();
+  r = cuda_->decode_on_device(**h, ids.back(), n, {}, [&](int32_t id) {
+    dev.push_back(id);
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(dev, host);
   // A stop id ends decoding on the device: the stop id is not passed on, nothing after it runs.
   const int cut = 5;
   ASSERT_TRUE(cuda_->restore(**h, *snap).ok());

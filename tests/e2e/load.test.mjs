@@ -141,6 +141,9 @@ test('the state cache stays within --state-cache-mb under load', { timeout: 6000
     assert.ok(Number.isFinite(bytes) && Number.isFinite(entries), `no cache gauges in /metrics:\n${m.text}`);
     assert.ok(bytes <= 1 << 20, `orchid_state_cache_bytes ${bytes} > 1 MiB`);
     assert.ok(entries > 0 && bytes > (1 << 20) / 2, `the cache should be near full: ${bytes} bytes, ${entries} entries`);
+    // The host tier is the GPU's: the scripted backend's snapshots live in host memory already.
+    assert.equal(gauge('orchid_state_cache_host_entries'), 0, `host tier gauges:\n${m.text}`);
+    assert.equal(gauge('orchid_state_cache_host_bytes'), 0);
   } finally {
     await capped.stop();
   }

@@ -30,6 +30,8 @@ class StateSnapshot {
   virtual ~StateSnapshot() = default;
   virtual int64_t n_past() const = 0;
   virtual int64_t bytes() const = 0;
+  // Whether its data sits in device memory (which Backend::move_to_host can give back).
+  virtual bool on_device() const { return false; }
 };
 
 enum class LogitsMode { last, all };
@@ -81,6 +83,13 @@ class Backend {
                          const CancelCheck& cancel = {}) = 0;
   virtual std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) = 0;
   virtual Status restore(BackendState& state, const StateSnapshot& snap) = 0;
+  // Moves a device snapshot's data into host memory and frees its device memory; restore() then
+  // reads it from there (the state cache's host tier). Backends without device memory keep
+  // their snapshots in host memory already: unsupported.
+  virtual Status move_to_host(StateSnapshot& snap) {
+    (void)snap;
+    return err(name(), ": its snapshots have no device memory to leave");
+  }
 
   // Backends that pick tokens on the device (no logits to the host between steps) say so.
   virtual bool can_decode_on_device() const { return false; }

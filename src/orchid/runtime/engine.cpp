@@ -103,12 +103,17 @@ bool TurnLock::contended() const {
   return next_ - serving_ > 1;
 }
 
-Engine::Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots)
-    : backend_(backend), ctx_(ctx), slots_(size_t(std::max(slots, 1))), cache_(cache_bytes) {}
+Engine::Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots,
+               int64_t host_cache_bytes)
+    : backend_(backend), ctx_(ctx), slots_(size_t(std::max(slots, 1))), cache_(cache_bytes) {
+  if (host_cache_bytes > 0) cache_.set_host_tier(&backend_, host_cache_bytes);
+}
 
 CacheStats Engine::cache_stats() const {
   std::lock_guard lock(mu_);
-  return {cache_.hits(), cache_.misses(), cache_.bytes(), int64_t(cache_.size())};
+  return {cache_.hits(),      cache_.misses(),     cache_.bytes(),
+          int64_t(cache_.size()), cache_.host_hits(), cache_.host_bytes(),
+          int64_t(cache_.host_size())};
 }
 
 std::vector<int64_t> Engine::slot_tokens() const {

@@ -86,6 +86,7 @@ struct BatchStats {
 
 struct CacheStats {
   int64_t hits = 0, misses = 0, bytes = 0, entries = 0;
+  int64_t host_hits = 0, host_bytes = 0, host_entries = 0;  // the host tier (StateCache)
 };
 
 class Engine {
@@ -94,8 +95,10 @@ class Engine {
   static constexpr int kTurnBurst = 32;
 
   // PRECONDITION: backend outlives the engine. ctx: most tokens a request may hold. slots:
-  // live states, each made on first use (ctx tokens each).
-  Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots = 1);
+  // live states, each made on first use (ctx tokens each). host_cache_bytes: the state cache's
+  // host tier for device snapshots (0: none).
+  Engine(Backend& backend, int64_t ctx, int64_t cache_bytes, int slots = 1,
+         int64_t host_cache_bytes = 0);
 
   int64_t ctx() const { return ctx_; }
   CacheStats cache_stats() const;

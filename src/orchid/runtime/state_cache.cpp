@@ -2,6 +2,7 @@
 #include "orchid/runtime/state_cache.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace orchid {
 
@@ -10,8 +11,7 @@ void StateCache::insert(int slot, std::span<const int32_t> tokens,
   // A snapshot at the same length of the same history in the same slot replaces the old one.
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->slot == slot && std::ranges::equal(it->tokens, tokens)) {
-      bytes_ -= it->bytes();
-      entries_.erase(it);
+      erase(it);
       break;
     }
   }
@@ -51,18 +51,46 @@ int64_t StateCache::restore_longest_prefix(Backend& backend, BackendState& state
     if (backend.restore(state, *best->snap).ok()) {
       entries_.splice(entries_.begin(), entries_, best);  // most recently used
       ++hits_;
+      if (entries_.front().host) ++host_hits_;
       return int64_t(entries_.front().tokens.size());
     }
-    bytes_ -= best->bytes();  // stale: its KV rows were rewritten since
-    entries_.erase(best);
+    // Stale: its KV rows were rewritten since.
+    erase(best);
   }
 }
 
+std::list<StateCache::Entry>::iterator StateCache::erase(std::list<Entry>::const_iterator it) {
+  if (it->host)
+    host_bytes_ -= it->bytes(), --host_entries_;
+  else
+    bytes_ -= it->bytes();
+  return entries_.erase(it);
+}
+
 void StateCache::evict_to(int64_t max_bytes, size_t max_entries) {
-  while ((bytes_ > max_bytes || entries_.size() > max_entries) && !entries_.empty()) {
-    bytes_ -= entries_.back().bytes();
-    entries_.pop_back();
+  // The byte budget: the least recently used entry of the first tier leaves it — to the host
+  // tier when it is a device snapshot that fits there (after the host tier's own least recently
+  // used entries make room), else for good.
+  while (bytes_ > max_bytes) {
+    auto it = entries_.end();
+    while (it != entries_.begin() && std::prev(it)->host) --it;
+    if (it == entries_.begin()) break;  // only host entries (cannot happen: bytes_ would be 0)
+    --it;
+    const int64_t b = it->bytes();
+    if (host_backend_ && it->snap->on_device() && b <= max_host_bytes_) {
+      for (auto h = entries_.end(); host_bytes_ + b > max_host_bytes_ && h != entries_.begin();) {
+        --h;
+        if (h->host) h = erase(h);
+      }
+      if (host_backend_->move_to_host(*it->snap).ok()) {
+        it->host = true;
+        bytes_ -= b, host_bytes_ += b, ++host_entries_;
+        continue;
+      }
+    }
+    erase(it);
   }
+  while (entries_.size() > max_entries && !entries_.empty()) erase(std::prev(entries_.end()));
 }
 
 }  // namespace orchid

@@ -139,6 +139,13 @@ std::string ServerMetrics::render(size_t queue_depth, int running, bool model_lo
             double(cache_misses.load()));
   w.gauge("orchid_state_cache_bytes", "Bytes held by state snapshots.", double(cache_bytes.load()));
   w.gauge("orchid_state_cache_entries", "State snapshots held.", double(cache_entries.load()));
+  w.counter("orchid_state_cache_host_hits_total",
+            "Requests that resumed from a snapshot in the cache's host tier.",
+            double(cache_host_hits.load()));
+  w.gauge("orchid_state_cache_host_bytes", "Bytes of state snapshots moved to host memory.",
+          double(cache_host_bytes.load()));
+  w.gauge("orchid_state_cache_host_entries", "State snapshots in host memory.",
+          double(cache_host_entries.load()));
   w.counter("orchid_decode_bursts_total",
             "Bursts of the batched on-device decode (each steps every decoding request).",
             double(decode_bursts.load()));

@@ -62,6 +62,7 @@ struct ServerMetrics {
   std::atomic<uint64_t> cached_prompt_tokens{0};  // of which restored from the state cache
   std::atomic<uint64_t> generation_tokens{0};     // generated tokens
   std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_bytes{0}, cache_entries{0};
+  std::atomic<int64_t> cache_host_hits{0}, cache_host_bytes{0}, cache_host_entries{0};
   // The batched decode (Engine::batch_stats): bursts run, lanes summed over them, most at once.
   std::atomic<int64_t> decode_bursts{0}, decode_burst_lanes{0}, decode_max_lanes{0};
   Histogram time_to_first_token;  // seconds from the request's arrival to its first token

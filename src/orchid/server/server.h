@@ -50,6 +50,9 @@ struct ServerOptions {
   int parallel = 4;
   size_t max_body_bytes = 8 << 20;  // larger bodies: 413
   int64_t state_cache_bytes = int64_t(1024) << 20;
+  // The state cache's host tier: device snapshots evicted from state_cache_bytes move to host
+  // memory while they fit this (GPU backends; 0: none).
+  int64_t state_cache_host_bytes = int64_t(8192) << 20;
   std::string backend = "auto";  // auto | cpu | cuda | scripted
   std::string script;            // scripted: {"replies": [...]}
   bool quantize_q4 = false;      // quantize a bf16 checkpoint at load

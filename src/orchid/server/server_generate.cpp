@@ -348,6 +348,9 @@ ApiExpected<Server::ChoiceEnd> Server::run_choice(Job& job, ReplyWriter& out,
   metrics_.cache_misses = cache.misses;
   metrics_.cache_bytes = cache.bytes;
   metrics_.cache_entries = cache.entries;
+  metrics_.cache_host_hits = cache.host_hits;
+  metrics_.cache_host_bytes = cache.host_bytes;
+  metrics_.cache_host_entries = cache.host_entries;
   metrics_.set_slots(engine_->slot_tokens());
   const BatchStats batch = engine_->batch_stats();
   metrics_.decode_bursts = batch.bursts;

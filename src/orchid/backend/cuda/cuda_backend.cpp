@@ -243,7 +243,8 @@ std::unique_ptr<StateSnapshot> CudaBackend::snapshot(const BackendState& state) 
   s->n_past_ = st.n_past_;
   s->rewinds_seen = st.rewinds.size();
   s->rec_bytes = st.rec_bytes;
-  auto p = s->mem.alloc_n<float>(st.rec_bytes / 4);
+  s->mem = std::make_unique<DeviceArena>();
+  auto p = s->mem->alloc_n<float>(st.rec_bytes / 4);
   if (!p) return nullptr;
   s->rec = *p;
   if (cudaMemcpyAsync(s->rec, st.rec_block, size_t(st.rec_bytes), cudaMemcpyDeviceToDevice,
@@ -251,6 +252,19 @@ std::unique_ptr<StateSnapshot> CudaBackend::snapshot(const BackendState& state) 
       cudaStreamSynchronize(stream_) != cudaSuccess)
     return nullptr;
   return s;
+}
+
+Status CudaBackend::move_to_host(StateSnapshot& snap) {
+  auto* s = dynamic_cast<CudaSnapshot*>(&snap);
+  if (!s) return err("move_to_host: snapshot was not made by the cuda backend");
+  if (!s->rec) return {};
+  s->host.resize(size_t(s->rec_bytes / 4));
+  ORCHID_CUDA(cudaMemcpyAsync(s->host.data(), s->rec, size_t(s->rec_bytes), cudaMemcpyDeviceToHost,
+                              stream_));
+  ORCHID_TRY(sync("move_to_host"));
+  s->rec = nullptr;
+  s->mem.reset();
+  return {};
 }
 
 Status CudaBackend::restore(BackendState& state, const StateSnapshot& snap) {
@@ -264,8 +278,12 @@ Status CudaBackend::restore(BackendState& state, const StateSnapshot& snap) {
       return err("restore: snapshot at ", s->n_past_, " tokens is stale (the state was rewound to ",
                  st.rewinds[i], " tokens since)");
   if (s->n_past_ < st.n_past_) st.rewinds.push_back(s->n_past_);
-  ORCHID_CUDA(cudaMemcpyAsync(st.rec_block, s->rec, size_t(s->rec_bytes), cudaMemcpyDeviceToDevice,
-                              stream_));
+  if (s->rec)
+    ORCHID_CUDA(cudaMemcpyAsync(st.rec_block, s->rec, size_t(s->rec_bytes),
+                                cudaMemcpyDeviceToDevice, stream_));
+  else
+    ORCHID_CUDA(cudaMemcpyAsync(st.rec_block, s->host.data(), size_t(s->rec_bytes),
+                                cudaMemcpyHostToDevice, stream_));
   const int pos[2] = {int(s->n_past_), 0};
   ORCHID_CUDA(cudaMemcpyAsync(st.d_pos, pos, sizeof pos, cudaMemcpyHostToDevice, stream_));
   ORCHID_TRY(sync("restore"));

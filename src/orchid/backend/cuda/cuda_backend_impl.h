@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <functional>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "orchid/backend/backend.h"
@@ -116,14 +117,18 @@ struct CudaState final : BackendState {
   int64_t capacity() const override { return capacity_; }
 };
 
+// The recurrent states (the KV rows stay in the state), in device memory (rec) or, once the
+// state cache moved it to its host tier, in host memory.
 struct CudaSnapshot final : StateSnapshot {
   int64_t n_past_ = 0;
   size_t rewinds_seen = 0;
-  DeviceArena mem;
+  std::unique_ptr<DeviceArena> mem;
   float* rec = nullptr;
+  std::vector<float> host;
   int64_t rec_bytes = 0;
   int64_t n_past() const override { return n_past_; }
   int64_t bytes() const override { return rec_bytes; }
+  bool on_device() const override { return rec != nullptr; }
 };
 
 // The prefill path's device buffers, sized by the chunk (not the prompt); made on first use.
@@ -198,6 +203,7 @@ class CudaBackend final : public Backend {
                  std::vector<float>& logits, int64_t chunk,
                  const CancelCheck& cancel = {}) override;
   std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) override;
+  Status move_to_host(StateSnapshot& snap) override;
   Status restore(BackendState& state, const StateSnapshot& snap) override;
   bool can_decode_on_device() const override { return true; }
   Expected<std::vector<int32_t>> decode_on_device(
