@@ -168,6 +168,27 @@ __device__ __forceinline__ int reduce_rows(float (&v)[D], int lane) {
   return idx;
 }
 
+// The rows of a GEMV launch's tasks, concatenated: end[t] = rows of tasks 0..t; returns all
+// of them. Row rr is row rr − task_begin(end, t) of task t = task_of(end, rr).
+__device__ __forceinline__ int task_rows(const GemvParams& p, int (&end)[kMaxGemvTasks]) {
+  int total = 0;
+#pragma unroll
+  for (int t = 0; t < kMaxGemvTasks; ++t) {
+    if (t < p.n_task) total += p.task[t].m.rows;
+    end[t] = total;
+  }
+  return total;
+}
+__device__ __forceinline__ int task_of(const int (&end)[kMaxGemvTasks], int rr) {
+  int t = 0;
+#pragma unroll
+  for (int k = 0; k < kMaxGemvTasks - 1; ++k) t += rr >= end[k];
+  return t;
+}
+__device__ __forceinline__ int task_begin(const int (&end)[kMaxGemvTasks], int t) {
+  return t ? end[t - 1] : 0;
+}
+
 // Where this lane sits: sub-group `sub` of `subs` in its warp, lane `sl` of `lpr` in it.
 struct SubGroup {
   int lpr, subs, sub, sl;

@@ -80,18 +80,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int row0 = (blockIdx.x * kTiles + tile) * 16;
 
   int end[kMaxGemvTasks];  // rows of tasks 0..t, concatenated
-  int total = 0;
-#pragma unroll
-  for (int t = 0; t < kMaxGemvTasks; ++t) {
-    if (t < p.n_task) total += p.task[t].m.rows;
-    end[t] = total;
-  }
-  auto task_of = [&](int rr) {
-    int t = 0;
-#pragma unroll
-    for (int k = 0; k < kMaxGemvTasks - 1; ++k) t += rr >= end[k];
-    return t;
-  };
+  const int total = task_rows(p, end);
 
   // The tile's 16 rows copied into shared memory before the wait by its P warps, whole rows in
   // order (coalesced; rows past the end read as zero). A row takes kRowBytes: rows g = 0…7 at
@@ -101,8 +90,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int r = c / units, u = c % units, rr = row0 + r;
     const uint4* src = static_cast<const uint4*>(p.task[0].m.w);
     if (rr < total) {
-      const int t = task_of(rr);
-      src = static_cast<const uint4*>(p.task[t].m.w) + int64_t(rr - (t ? end[t - 1] : 0)) * units + u;
+      const int t = task_of(end, rr);
+      src = static_cast<const uint4*>(p.task[t].m.w) + int64_t(rr - task_begin(end, t)) * units + u;
     }
     cp_async16(ws + r * kRowBytes + u * 16, src, rr < total ? 16 : 0);
   }
@@ -111,8 +100,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int r = idx / (G / 4), c = idx % (G / 4), rr = row0 + r;
     const uint32_t* src = p.task[0].m.sb;
     if (rr < total) {
-      const int t = task_of(rr);
-      src = p.task[t].m.sb + int64_t(rr - (t ? end[t - 1] : 0)) * G + 4 * c;
+      const int t = task_of(end, rr);
+      src = p.task[t].m.sb + int64_t(rr - task_begin(end, t)) * G + 4 * c;
     }
     cp_async16(&sbs[tile][r * kSbStride + 4 * c], src, rr < total ? 16 : 0);
   }
@@ -205,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           v = (part[tile][0][r][sl] + part[tile][1][r][sl]) +
               (part[tile][2][r][sl] + part[tile][3][r][sl]);
         if (slot < p.batch.slots && (live >> slot & 1) && rr < total) {
-          const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
+          const int t = task_of(end, rr), row = rr - task_begin(end, t);
           const GemvTask& tk = p.task[t];
           const int64_t so = int64_t(slot) * stride;
           tk.y[so + row] = tk.add ? tk.add[so + row] + v : v;

@@ -44,26 +44,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   const SubGroup sg(32);
 
   int end[kMaxGemvTasks];  // rows of tasks 0..t, concatenated
-  int total = 0;
-#pragma unroll
-  for (int t = 0; t < kMaxGemvTasks; ++t) {
-    if (t < p.n_task) total += p.task[t].m.rows;
-    end[t] = total;
-  }
-  auto task_of = [&](int rr) {
-    int t = 0;
-#pragma unroll
-    for (int q = 0; q < kMaxGemvTasks - 1; ++q) t += rr >= end[q];
-    return t;
-  };
+  const int total = task_rows(p, end);
   // Rows [r, r + rpw) into w (zero past rpw or the end: their sums are dropped).
   auto load_rows = [&](int r, RowUnits<NI> (&w)[ROWS]) {
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) {
       const int rr = r + i;
       if (i >= rpw || rr >= total) break;
-      const int t = task_of(rr);
-      load_units<F, NI>(p.task[t].m, rr - (t ? end[t - 1] : 0), sg.sl, 32, w[i]);
+      const int t = task_of(end, rr);
+      load_units<F, NI>(p.task[t].m, rr - task_begin(end, t), sg.sl, 32, w[i]);
     }
   };
   int r0 = (blockIdx.x * kWarps + int(threadIdx.x >> 5)) * rpw;
@@ -104,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int i = reduce_rows<D>(acc, sg.sl);
     const int rr = r0 + i;
     if ((sg.sl & (32 / D - 1)) == 0 && i < rpw && rr < total) {
-      const int t = task_of(rr), row = rr - (t ? end[t - 1] : 0);
+      const int t = task_of(end, rr), row = rr - task_begin(end, t);
       const GemvTask& tk = p.task[t];
       tk.y[so + row] = tk.add ? tk.add[so + row] + acc[0] : acc[0];
     }

@@ -24,6 +24,25 @@ constexpr int kGateUpUnits = 64;  // 2,048 columns: NI = 2 units per lane
 constexpr int kDownUnits = 16;    // 512 columns: a row per half warp, one unit per lane
 constexpr int kDownRows = 8;      // output rows per down block
 
+// The gate/up launches' prologue: x̂ quantised into xq / xd and this lane's units into q
+// (before the dependency wait: the router launch before does not write the residual), then the
+// slot's routing into sel / sel_w. False: the slot is halted (the block returns).
+template <int NI>
+__device__ __forceinline__ bool gate_up_prologue(const MoeParams& p, int64_t so, int4* xq,
+                                                 float2* xd, float* scratch, int* sel,
+                                                 float* sel_w, int sl, XQuant<NI>& q) {
+  stage_x_quant(p.x + so, p.n_embd, p.norm, p.eps, xq, xd, nullptr, scratch);
+  load_x_quant<NI>(xq, xd, kGateUpUnits, sl, 32, q);
+  grid_dep_wait();
+  // The down launch reads sel before its dependency wait (down_dp4a_kernel): block 0 lets it
+  // launch only once sel is published (its writers fence before slot_experts' final barrier).
+  if (blockIdx.x != 0) grid_dep_release();
+  if (p.halt && p.halt[so]) return false;
+  slot_experts(p, sel, sel_w, so);
+  if (blockIdx.x == 0) grid_dep_release();
+  return true;
+}
+
 // PAIRS: most (slot, row) pairs per warp, their gate and up rows in registers beside x̂.
 // MoeParams, q4 gate / up in groups of 64, 2,048 columns; act rows act_stride apart. The grid's
 // warp w takes (slot, row) pairs [w · ppw, +ppw) of the launch's n_slot · n_ff. (A batch:
@@ -40,16 +59,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ int sel[32];
   __shared__ float sel_w[32];
   const SubGroup sg(32);
-  stage_x_quant(p.x + so, p.n_embd, p.norm, p.eps, xq, xd, nullptr, scratch);
   XQuant<NI> q;
-  load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
-  grid_dep_wait();
-  // The down launch reads sel before its dependency wait (down_dp4a_kernel): block 0 lets it
-  // launch only once sel is published (its writers fence before slot_experts' final barrier).
-  if (blockIdx.x != 0) grid_dep_release();
-  if (p.halt && p.halt[so]) return;
-  slot_experts(p, sel, sel_w, so);
-  if (blockIdx.x == 0) grid_dep_release();
+  if (!gate_up_prologue<NI>(p, so, xq, xd, scratch, sel, sel_w, sg.sl, q)) return;
   const int total = p.n_slot * p.n_ff;
   // The warp's group of ppw pairs from r0.
   auto pairs = [&](int r0) {
@@ -109,14 +120,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const SubGroup sg(32);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   unsigned char* my = reinterpret_cast<unsigned char*>(stage_smem) + warp * kStages * kStageBytesGU;
-  stage_x_quant(p.x + so, p.n_embd, p.norm, p.eps, xq, xd, nullptr, scratch);
   XQuant<NI> q;
-  load_x_quant<NI>(xq, xd, kGateUpUnits, sg.sl, 32, q);
-  grid_dep_wait();
-  if (blockIdx.x != 0) grid_dep_release();
-  if (p.halt && p.halt[so]) return;
-  slot_experts(p, sel, sel_w, so);
-  if (blockIdx.x == 0) grid_dep_release();
+  if (!gate_up_prologue<NI>(p, so, xq, xd, scratch, sel, sel_w, sg.sl, q)) return;
   const int total = p.n_slot * p.n_ff;
   const int base = (blockIdx.x * kWarps + warp) * kStagePairs;
   const int step = int(gridDim.x) * kWarps * kStagePairs;
