@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <type_traits>
 
 namespace orchid {
 namespace {
@@ -71,81 +72,57 @@ bool known_value_type(uint32_t t) {
 Expected<GgufValue> read_value(Cursor& c, GgufValueType type, const std::string& key, int depth);
 
 Status read_scalar(Cursor& c, GgufValue& v, const std::string& key) {
-  auto fail = [&](auto e) { return Status(e.error()); };
-  switch (v.type) {
-    case GgufValueType::U8: {
-      auto x = c.read<uint8_t>(key.c_str());
-      if (!x) return fail(x);
-      v.i = *x, v.u = *x;
-      break;
-    }
-    case GgufValueType::I8: {
-      auto x = c.read<int8_t>(key.c_str());
-      if (!x) return fail(x);
-      v.i = *x;
-      break;
-    }
-    case GgufValueType::U16: {
-      auto x = c.read<uint16_t>(key.c_str());
-      if (!x) return fail(x);
-      v.i = *x, v.u = *x;
-      break;
-    }
-    case GgufValueType::I16: {
-      auto x = c.read<int16_t>(key.c_str());
-      if (!x) return fail(x);
-      v.i = *x;
-      break;
-    }
-    case GgufValueType::U32: {
-      auto x = c.read<uint32_t>(key.c_str());
-      if (!x) return fail(x);
-      v.i = *x, v.u = *x;
-      break;
-    }
-    case GgufValueType::I32: {
-      auto x = c.read<int32_t>(key.c_str());
-      if (!x) return fail(x);
-      v.i = *x;
-      break;
-    }
-    case GgufValueType::U64: {
-      auto x = c.read<uint64_t>(key.c_str());
-      if (!x) return fail(x);
+  // An integer of type T into v.i (and v.u when unsigned; u64 above INT64_MAX: i = -1).
+  auto integer = [&]<class T>() -> Status {
+    auto x = c.read<T>(key.c_str());
+    if (!x) return x.error();
+    if constexpr (std::is_unsigned_v<T>) {
       v.u = *x;
-      v.i = *x > uint64_t(std::numeric_limits<int64_t>::max()) ? -1 : int64_t(*x);
-      break;
-    }
-    case GgufValueType::I64: {
-      auto x = c.read<int64_t>(key.c_str());
-      if (!x) return fail(x);
+      v.i = uint64_t(*x) > uint64_t(std::numeric_limits<int64_t>::max()) ? -1 : int64_t(*x);
+    } else {
       v.i = *x;
-      break;
     }
-    case GgufValueType::F32: {
-      auto x = c.read<float>(key.c_str());
-      if (!x) return fail(x);
-      v.f = *x;
-      break;
-    }
-    case GgufValueType::F64: {
-      auto x = c.read<double>(key.c_str());
-      if (!x) return fail(x);
-      v.f = *x;
-      break;
-    }
+    return {};
+  };
+  auto real = [&]<class T>() -> Status {
+    auto x = c.read<T>(key.c_str());
+    if (!x) return x.error();
+    v.f = *x;
+    return {};
+  };
+  switch (v.type) {
+    case GgufValueType::U8:
+      return integer.operator()<uint8_t>();
+    case GgufValueType::I8:
+      return integer.operator()<int8_t>();
+    case GgufValueType::U16:
+      return integer.operator()<uint16_t>();
+    case GgufValueType::I16:
+      return integer.operator()<int16_t>();
+    case GgufValueType::U32:
+      return integer.operator()<uint32_t>();
+    case GgufValueType::I32:
+      return integer.operator()<int32_t>();
+    case GgufValueType::U64:
+      return integer.operator()<uint64_t>();
+    case GgufValueType::I64:
+      return integer.operator()<int64_t>();
+    case GgufValueType::F32:
+      return real.operator()<float>();
+    case GgufValueType::F64:
+      return real.operator()<double>();
     case GgufValueType::BOOL: {
       auto x = c.read<uint8_t>(key.c_str());
-      if (!x) return fail(x);
+      if (!x) return x.error();
       if (*x > 1) return err(c.file, ": ", key, ": a bool of value ", int(*x));
       v.b = *x != 0;
-      break;
+      return {};
     }
     case GgufValueType::STRING: {
       auto s = c.string(key.c_str());
       if (!s) return s.error();
       v.s = std::move(*s);
-      break;
+      return {};
     }
     case GgufValueType::ARRAY:
       return err(c.file, ": ", key, ": an array where a scalar was expected");
