@@ -236,5 +236,23 @@ TEST(JsonSchema, PropertiesComeInTheSchemasOrder) {
   EXPECT_FALSE(matches(*m, R"({"a":null,"z":null})"));
 }
 
+// A tool without arguments declares "properties": {}; its call is {} (a sampled model once
+// wrote 3,000 tokens of made-up keys there). Without "properties", keys are free unless
+// additionalProperties says otherwise.
+TEST(JsonSchema, EmptyPropertiesMeanAnEmptyObject) {
+  auto none = matcher_for(json::parse(R"({"type":"object","properties":{}})"));
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(matches(*none, "{}"));
+  EXPECT_TRUE(matches(*none, "{ }"));
+  EXPECT_FALSE(matches(*none, R"({"a":1})"));
+  auto typed = matcher_for(json::parse(R"({"type":"object","properties":{},"additionalProperties":{"type":"integer"}})"));
+  ASSERT_TRUE(typed);
+  EXPECT_TRUE(matches(*typed, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(matches(*typed, R"({"a":"x"})"));
+  auto any = matcher_for(json::parse(R"({"type":"object"})"));
+  ASSERT_TRUE(any);
+  EXPECT_TRUE(matches(*any, R"({"a":[1,{"b":null}]})"));
+}
+
 }  // namespace
 }  // namespace orchid::grammar

@@ -211,5 +211,33 @@ TEST(ToolCallGrammar, ForcedCallsParseAsCallsWithTypedArguments) {
   EXPECT_FALSE(tool_call_grammar(tools, "nope", true).ok());
 }
 
+// "properties": {} declares a tool without parameters: its call is empty (a sampled demo model
+// once wrote 3,000 tokens of invented parameter names there). No "properties" key, or an
+// additionalProperties that allows them, still takes any names.
+TEST(ToolCallGrammar, EmptyPropertiesTakeNoParameters) {
+  const std::string empty = "<tool_call>\n<function=f>\n</function>\n</tool_call>";
+  const std::string named =
+      "<tool_call>\n<function=f>\n<parameter=x>\nhello\n</parameter>\n</function>\n</tool_call>";
+  const auto accepts = [](const char* params, const std::string& text) {
+    const json tools = json::array(
+        {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::parse(params)}}}}});
+    auto g = tool_call_grammar(tools, "", false);
+    EXPECT_TRUE(g.ok()) << g.message();
+    Matcher m(std::make_shared<const Grammar>(std::move(*g)));
+    const int32_t s = m.advance(m.start(), text);
+    return s != Matcher::kDead && m.accepting(s);
+  };
+  for (const char* none : {R"({"type":"object","properties":{}})",
+                           R"({"type":"object","properties":{},"additionalProperties":false})"}) {
+    EXPECT_TRUE(accepts(none, empty)) << none;
+    EXPECT_FALSE(accepts(none, named)) << none;
+  }
+  for (const char* any : {R"({"type":"object"})",
+                          R"({"type":"object","properties":{},"additionalProperties":true})"}) {
+    EXPECT_TRUE(accepts(any, empty)) << any;
+    EXPECT_TRUE(accepts(any, named)) << any;
+  }
+}
+
 }  // namespace
 }  // namespace orchid::grammar

@@ -230,8 +230,10 @@ Sym JsonSchemaCompiler::object(const json& s, int depth) {
     }
   }
   if (props.empty()) {
-    // No named properties: {} when nothing else is allowed, else keys → additionalProperties.
-    const json add = s.value("additionalProperties", json(true));
+    // No named properties. "properties": {} says the object has none (a tool without
+    // arguments), so unless additionalProperties allows more, it is {} — as with named
+    // properties, where no others are written. Without "properties", keys → additionalProperties.
+    const json add = s.value("additionalProperties", json(!s.contains("properties")));
     if (add.is_boolean() && !add.get<bool>()) return b_.seq({b_.lit("{"), w, b_.lit("}")});
     if (add.is_boolean()) return any_object();
     const Sym member = b_.seq({string(json::object()), w, b_.lit(":"), w, compile(add, depth + 1)});

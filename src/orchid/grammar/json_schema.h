@@ -4,8 +4,8 @@
 // What a schema may say (anything else is an error naming the keyword, never ignored, so a
 // constrained answer always validates): type (one or a list), properties / required (the
 // properties come out in the schema's order; optional ones may be left out; no others are
-// written, which every additionalProperties admits), additionalProperties as a schema for an
-// object without properties, items, minItems / maxItems, enum, const, anyOf, oneOf (as anyOf),
+// written, which every additionalProperties admits; "properties": {} alone is {}, the call of a
+// tool without arguments), additionalProperties as a schema for an object without properties, items, minItems / maxItems, enum, const, anyOf, oneOf (as anyOf),
 // allOf of one schema, $ref into "#", "#/$defs/…" or "#/definitions/…" (recursion allowed),
 // nullable (OpenAPI), minLength / maxLength, format date | time | date-time | uuid, integer
 // bounds (a range of at most 1000 values, or a minimum of 0 or 1 alone), number minimum 0.

@@ -10,7 +10,8 @@
 // NAME is one of the tools (or the named one). A value whose schema admits a string is text
 // without "</" or "<<" (so it cannot end its block early); any other value is JSON valid
 // against its schema (json_schema.h), which is how the output parser types it. A function
-// without declared parameters takes any parameter names with text values.
+// whose schema has no "properties" key (or an additionalProperties that allows them beside an
+// empty one) takes any parameter names with text values; "properties": {} alone takes none.
 #pragma once
 
 #include <nlohmann/json.hpp>
