@@ -187,7 +187,9 @@ Status parse_rope(const json& text, FieldReader& r, std::string_view file, Model
   return {};
 }
 
-Status validate(const ModelConfig& c, std::string_view file) {
+}  // namespace
+
+Status validate_config(const ModelConfig& c, std::string_view file) {
   if (c.n_head % c.n_head_kv != 0)
     return err(file, ": num_attention_heads (", c.n_head,
                ") must be a multiple of num_key_value_heads (", c.n_head_kv, ")");
@@ -201,8 +203,6 @@ Status validate(const ModelConfig& c, std::string_view file) {
     return err(file, ": linear_conv_kernel_dim ", c.lin_conv_kernel, " is not supported (1..16)");
   return {};
 }
-
-}  // namespace
 
 int ModelConfig::n_full_layers() const {
   int n = 0;
@@ -268,7 +268,7 @@ Expected<ModelConfig> parse_config(std::string_view json_text, std::string_view 
   ORCHID_TRY(parse_layer_types(r.find("layer_types"), r, file, cfg));
   ORCHID_TRY(parse_rope(*text, r, file, cfg));
   ORCHID_TRY(parse_quantization(root, file, cfg));
-  ORCHID_TRY(validate(cfg, file));
+  ORCHID_TRY(validate_config(cfg, file));
   return cfg;
 }
 

@@ -71,6 +71,9 @@ struct ModelConfig {
 
 // Parses config.json text; `file_name` is used in error messages.
 Expected<ModelConfig> parse_config(std::string_view json_text, std::string_view file_name);
+// The relations between the fields every source of a config must satisfy (heads divide, top-k
+// within the experts, a supported conv kernel); errors name `file`.
+Status validate_config(const ModelConfig& c, std::string_view file);
 // Reads DIR/config.json.
 Expected<ModelConfig> load_config(const std::string& dir);
 
