@@ -67,14 +67,8 @@ void q8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = float(int8_t(b[2 + j])) * d;
 }
 
-// The K types' 6-bit scale and minimum of sub-block j (of 8) from their 12 packed bytes.
 void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63, m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
+  ggml_scale_min_k4(j, q, sc, m);
 }
 
 // Q4_K: d, dmin (fp16), 12 bytes of scales, 128 bytes of nibbles; each 64 elements are two
@@ -141,6 +135,15 @@ void q6_k(const uint8_t* b, float* y) {
 }
 
 }  // namespace
+
+void ggml_scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63, m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
 
 Status dequantize_gguf(uint32_t type, std::span<const uint8_t> src, int64_t n, float* dst) {
   GgmlBlock blk;

@@ -18,4 +18,7 @@ namespace orchid {
 // `n` elements (whole blocks of the type) from `src` (exactly their bytes) into dst[0..n).
 Status dequantize_gguf(uint32_t type, std::span<const uint8_t> src, int64_t n, float* dst);
 
+// The Q4_K / Q5_K 6-bit scale and minimum of sub-block j (of 8) from their 12 packed bytes q.
+void ggml_scale_min_k4(int j, const uint8_t* q, int& sc, int& m);
+
 }  // namespace orchid

@@ -1,0 +1,91 @@
+// gguf_row_to_affine: ggml's block layouts (gguf_dequant.cpp has their definitions) unpacked into
+// codes in element order, then packed low bits first.
+#include "orchid/model/gguf_affine.h"
+
+#include <cstring>
+
+#include "orchid/model/gguf.h"
+#include "orchid/model/gguf_dequant.h"
+#include "orchid/util/bf16.h"
+
+namespace orchid {
+namespace {
+
+float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// Codes of one block in element order (q), and each group of 32's scale and bias.
+void q4_0(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  const float d = half(b);
+  for (int j = 0; j < 16; ++j) q[j] = b[2 + j] & 15, q[j + 16] = b[2 + j] >> 4;
+  s[0] = d, o[0] = -8.f * d;
+}
+void q4_1(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  for (int j = 0; j < 16; ++j) q[j] = b[4 + j] & 15, q[j + 16] = b[4 + j] >> 4;
+  s[0] = half(b), o[0] = half(b + 2);
+}
+void q8_0(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  const float d = half(b);
+  for (int j = 0; j < 32; ++j) q[j] = uint8_t(int(int8_t(b[2 + j])) + 128);
+  s[0] = d, o[0] = -128.f * d;
+}
+void q4_k(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  const float d = half(b), dmin = half(b + 2);
+  const uint8_t* qs = b + 16;
+  for (int c = 0; c < 4; ++c, qs += 32) {
+    for (int l = 0; l < 32; ++l) q[64 * c + l] = qs[l] & 15, q[64 * c + 32 + l] = qs[l] >> 4;
+    for (int h = 0; h < 2; ++h) {
+      int sc, m;
+      ggml_scale_min_k4(2 * c + h, b + 4, sc, m);
+      s[2 * c + h] = d * float(sc), o[2 * c + h] = -(dmin * float(m));
+    }
+  }
+}
+
+}  // namespace
+
+int gguf_affine_bits(uint32_t type) {
+  switch (GgmlType(type)) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q4_K:
+      return 4;
+    case GgmlType::Q8_0:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+Status gguf_row_to_affine(uint32_t type, std::span<const uint8_t> src, int64_t cols,
+                          uint32_t* codes, float* scales, float* biases) {
+  const int bits = gguf_affine_bits(type);
+  GgmlBlock blk;
+  if (bits == 0 || !ggml_block(type, blk))
+    return err("affine form: ", ggml_type_name(type), " has none without re-quantization");
+  if (cols <= 0 || cols % blk.elems != 0 || uint64_t(cols / blk.elems) * uint64_t(blk.bytes) != src.size())
+    return err("affine form: a row of ", cols, " ", ggml_type_name(type), " elements, ",
+               src.size(), " bytes");
+  void (*block)(const uint8_t*, uint8_t*, float*, float*) =
+      GgmlType(type) == GgmlType::Q4_0   ? q4_0
+      : GgmlType(type) == GgmlType::Q4_1 ? q4_1
+      : GgmlType(type) == GgmlType::Q8_0 ? q8_0
+                                         : q4_k;
+  uint8_t q[256];
+  const int per_word = 32 / bits, groups = blk.elems / kGgufAffineGroup;
+  for (int64_t k = 0; k < cols / blk.elems; ++k) {
+    block(src.data() + k * blk.bytes, q, scales + k * groups, biases + k * groups);
+    uint32_t* w = codes + k * blk.elems / per_word;
+    for (int i = 0; i < blk.elems / per_word; ++i) {
+      uint32_t word = 0;
+      for (int e = 0; e < per_word; ++e) word |= uint32_t(q[i * per_word + e]) << (e * bits);
+      w[i] = word;
+    }
+  }
+  return {};
+}
+
+}  // namespace orchid
