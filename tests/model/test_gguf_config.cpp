@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "orchid/model/gguf_config.h"
 
@@ -31,32 +32,35 @@ GgufFile file_for(const ModelConfig& c, int mtp) {
   GgufFile f;
   auto set = [&](const std::string& k, GgufValue v) { f.metadata["qwen35moe." + k] = std::move(v); };
   f.metadata["general.architecture"] = text("qwen35moe");
-  set("block_count", integer(c.n_layer + mtp));
-  set("nextn_predict_layers", integer(mtp));
-  set("context_length", integer(c.max_position_embeddings));
-  set("embedding_length", integer(c.n_embd));
-  set("attention.head_count", integer(c.n_head));
-  set("attention.head_count_kv", integer(c.n_head_kv));
-  set("attention.key_length", integer(c.head_dim));
-  set("attention.value_length", integer(c.head_dim));
+  const std::pair<const char*, int64_t> integers[] = {
+      {"block_count", c.n_layer + mtp},
+      {"nextn_predict_layers", mtp},
+      {"context_length", c.max_position_embeddings},
+      {"embedding_length", c.n_embd},
+      {"attention.head_count", c.n_head},
+      {"attention.head_count_kv", c.n_head_kv},
+      {"attention.key_length", c.head_dim},
+      {"attention.value_length", c.head_dim},
+      {"rope.dimension_count", c.n_rot},
+      {"expert_count", c.n_expert},
+      {"expert_used_count", c.n_expert_used},
+      {"expert_feed_forward_length", c.n_ff_exp},
+      {"expert_shared_feed_forward_length", c.n_ff_shexp},
+      {"ssm.conv_kernel", c.lin_conv_kernel},
+      {"ssm.state_size", c.lin_head_dim_k},
+      {"ssm.group_count", c.lin_n_head_k},
+      {"ssm.time_step_rank", c.lin_n_head_v},
+      {"ssm.inner_size", int64_t(c.lin_n_head_v) * c.lin_head_dim_v},
+      {"full_attention_interval", 4},
+  };
+  for (const auto& [key, v] : integers) set(key, integer(v));
   set("attention.layer_norm_rms_epsilon", real(c.rms_norm_eps));
   set("rope.freq_base", real(c.rope_theta));
-  set("rope.dimension_count", integer(c.n_rot));
   GgufValue sections;
   sections.type = GgufValueType::ARRAY, sections.elem = GgufValueType::I32;
   for (int s : c.mrope_section) sections.array.push_back(integer(s, GgufValueType::I32));
   while (sections.array.size() < 4) sections.array.push_back(integer(0, GgufValueType::I32));
   set("rope.dimension_sections", sections);
-  set("expert_count", integer(c.n_expert));
-  set("expert_used_count", integer(c.n_expert_used));
-  set("expert_feed_forward_length", integer(c.n_ff_exp));
-  set("expert_shared_feed_forward_length", integer(c.n_ff_shexp));
-  set("ssm.conv_kernel", integer(c.lin_conv_kernel));
-  set("ssm.state_size", integer(c.lin_head_dim_k));
-  set("ssm.group_count", integer(c.lin_n_head_k));
-  set("ssm.time_step_rank", integer(c.lin_n_head_v));
-  set("ssm.inner_size", integer(int64_t(c.lin_n_head_v) * c.lin_head_dim_v));
-  set("full_attention_interval", integer(4));
   GgufTensor embd;
   embd.name = "token_embd.weight", embd.dims = {c.n_embd, c.n_vocab};
   f.tensors.push_back(embd);

@@ -11,29 +11,23 @@
 namespace orchid {
 namespace {
 
-float half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 // Codes of one block in element order (q), and each group of 32's scale and bias.
 void q4_0(const uint8_t* b, uint8_t* q, float* s, float* o) {
-  const float d = half(b);
+  const float d = ggml_f16(b);
   for (int j = 0; j < 16; ++j) q[j] = b[2 + j] & 15, q[j + 16] = b[2 + j] >> 4;
   s[0] = d, o[0] = -8.f * d;
 }
 void q4_1(const uint8_t* b, uint8_t* q, float* s, float* o) {
   for (int j = 0; j < 16; ++j) q[j] = b[4 + j] & 15, q[j + 16] = b[4 + j] >> 4;
-  s[0] = half(b), o[0] = half(b + 2);
+  s[0] = ggml_f16(b), o[0] = ggml_f16(b + 2);
 }
 void q8_0(const uint8_t* b, uint8_t* q, float* s, float* o) {
-  const float d = half(b);
+  const float d = ggml_f16(b);
   for (int j = 0; j < 32; ++j) q[j] = uint8_t(int(int8_t(b[2 + j])) + 128);
   s[0] = d, o[0] = -128.f * d;
 }
 void q4_k(const uint8_t* b, uint8_t* q, float* s, float* o) {
-  const float d = half(b), dmin = half(b + 2);
+  const float d = ggml_f16(b), dmin = ggml_f16(b + 2);
   const uint8_t* qs = b + 16;
   for (int c = 0; c < 4; ++c, qs += 32) {
     for (int l = 0; l < 32; ++l) q[64 * c + l] = qs[l] & 15, q[64 * c + 32 + l] = qs[l] >> 4;

@@ -11,15 +11,9 @@
 namespace orchid {
 namespace {
 
-float half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 // Q4_0: d (fp16), 16 bytes: element j = (low nibble − 8) · d, j + 16 = (high nibble − 8) · d.
 void q4_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = ggml_f16(b);
   for (int j = 0; j < 16; ++j) {
     y[j] = float(int(b[2 + j] & 15) - 8) * d;
     y[j + 16] = float(int(b[2 + j] >> 4) - 8) * d;
@@ -28,7 +22,7 @@ void q4_0(const uint8_t* b, float* y) {
 
 // Q4_1: d, m (fp16), 16 bytes: nibble · d + m.
 void q4_1(const uint8_t* b, float* y) {
-  const float d = half(b), m = half(b + 2);
+  const float d = ggml_f16(b), m = ggml_f16(b + 2);
   for (int j = 0; j < 16; ++j) {
     y[j] = float(b[4 + j] & 15) * d + m;
     y[j + 16] = float(b[4 + j] >> 4) * d + m;
@@ -37,7 +31,7 @@ void q4_1(const uint8_t* b, float* y) {
 
 // Q5_0: d, 4 bytes of fifth bits (bit j for element j), 16 bytes of nibbles; codes − 16.
 void q5_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = ggml_f16(b);
   uint32_t qh;
   std::memcpy(&qh, b + 2, 4);
   for (int j = 0; j < 16; ++j) {
@@ -50,7 +44,7 @@ void q5_0(const uint8_t* b, float* y) {
 
 // Q5_1: d, m, fifth bits, nibbles; code · d + m.
 void q5_1(const uint8_t* b, float* y) {
-  const float d = half(b), m = half(b + 2);
+  const float d = ggml_f16(b), m = ggml_f16(b + 2);
   uint32_t qh;
   std::memcpy(&qh, b + 4, 4);
   for (int j = 0; j < 16; ++j) {
@@ -63,7 +57,7 @@ void q5_1(const uint8_t* b, float* y) {
 
 // Q8_0: d, 32 signed bytes.
 void q8_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = ggml_f16(b);
   for (int j = 0; j < 32; ++j) y[j] = float(int8_t(b[2 + j])) * d;
 }
 
@@ -74,7 +68,7 @@ void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
 // Q4_K: d, dmin (fp16), 12 bytes of scales, 128 bytes of nibbles; each 64 elements are two
 // sub-blocks of 32 (low nibbles, then high): d·sc · code − dmin·m.
 void q4_k(const uint8_t* b, float* y) {
-  const float d = half(b), dmin = half(b + 2);
+  const float d = ggml_f16(b), dmin = ggml_f16(b + 2);
   const uint8_t* sc = b + 4;
   const uint8_t* q = b + 16;
   for (int j = 0; j < 256; j += 64, q += 32) {
@@ -93,7 +87,7 @@ void q4_k(const uint8_t* b, float* y) {
 // Q5_K: as Q4_K with 32 bytes of fifth bits (bits 2i, 2i + 1 of byte l for the pair of
 // sub-blocks i) before the nibbles.
 void q5_k(const uint8_t* b, float* y) {
-  const float d = half(b), dmin = half(b + 2);
+  const float d = ggml_f16(b), dmin = ggml_f16(b + 2);
   const uint8_t* sc = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* q = b + 48;
@@ -115,7 +109,7 @@ void q5_k(const uint8_t* b, float* y) {
 // Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16 signed 8-bit scales, d (fp16);
 // each 128 elements: four runs of 32 (codes − 32), scale per 16 elements.
 void q6_k(const uint8_t* b, float* y) {
-  const float d = half(b + 208);
+  const float d = ggml_f16(b + 208);
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);

@@ -9,7 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
+
+#include "orchid/util/bf16.h"
 
 #include "orchid/util/status.h"
 
@@ -17,6 +20,13 @@ namespace orchid {
 
 // `n` elements (whole blocks of the type) from `src` (exactly their bytes) into dst[0..n).
 Status dequantize_gguf(uint32_t type, std::span<const uint8_t> src, int64_t n, float* dst);
+
+// The fp16 value at p (the blocks' scales; unaligned).
+inline float ggml_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
 
 // The Q4_K / Q5_K 6-bit scale and minimum of sub-block j (of 8) from their 12 packed bytes q.
 void ggml_scale_min_k4(int j, const uint8_t* q, int& sc, int& m);
