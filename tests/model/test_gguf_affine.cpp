@@ -1,10 +1,11 @@
 // GGUF rows in orchid's affine layout (model/gguf_affine.h): random blocks of each type with an
-// exact affine form (random codes and sub-scales, fp16 scales of random magnitude and sign)
+// affine form (random codes and sub-scales, fp16 scales of random magnitude and sign)
 // dequantize through the affine layout (quant.h: dequant_affine_row) to exactly the values the
 // format's definition gives (compared as numbers: a code at Q4_0's offset gives +0 where the
-// definition's (q − 8) · d gives −0 for a negative d) (gguf_dequant.h); other types and bad sizes are errors.
+// definition's (q − 8) · d gives −0 for a negative d; Q6_K within its stated rounding) (gguf_dequant.h); other types and bad sizes are errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -30,21 +31,24 @@ std::vector<uint8_t> random_blocks(GgmlType type, int blocks, std::mt19937& rng)
   EXPECT_TRUE(ggml_block(uint32_t(type), blk));
   std::vector<uint8_t> b(size_t(blocks) * size_t(blk.bytes));
   for (auto& x : b) x = uint8_t(rng());
-  const int halves = type == GgmlType::Q4_1 || type == GgmlType::Q4_K ? 2 : 1;
+  // Where the fp16 fields sit: Q6_K's d at its end, the others' d (and m / dmin) first.
+  const int halves = type == GgmlType::Q4_1 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ? 2 : 1;
+  const size_t first = type == GgmlType::Q6_K ? 208 : 0;
   for (int k = 0; k < blocks; ++k)
     for (int h = 0; h < halves; ++h) {
       const uint16_t v = random_half(rng);
-      std::memcpy(b.data() + size_t(k) * size_t(blk.bytes) + 2 * h, &v, 2);
+      std::memcpy(b.data() + size_t(k) * size_t(blk.bytes) + first + 2 * h, &v, 2);
     }
   return b;
 }
 
 TEST(GgufAffine, RowsDequantizeAsTheFormatDefinesThem) {
   std::mt19937 rng(std::random_device{}());
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                     GgmlType::Q5_K, GgmlType::Q6_K}) {
     GgmlBlock blk;
     ASSERT_TRUE(ggml_block(uint32_t(t), blk));
-    const int bits = gguf_affine_bits(uint32_t(t));
+    const int bits = gguf_affine_bits(uint32_t(t)), group = gguf_affine_group(uint32_t(t));
     ASSERT_GT(bits, 0) << ggml_type_name(uint32_t(t));
     for (int rep = 0; rep < 20; ++rep) {
       const int blocks = 1 + int(rng() % 8);
@@ -53,13 +57,17 @@ TEST(GgufAffine, RowsDequantizeAsTheFormatDefinesThem) {
       std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
       ASSERT_TRUE(dequantize_gguf(uint32_t(t), src, cols, want.data()).ok());
       std::vector<uint32_t> codes(static_cast<size_t>(cols * bits / 32));
-      std::vector<float> scales(static_cast<size_t>(cols / 32)), biases(static_cast<size_t>(cols / 32));
+      std::vector<float> scales(static_cast<size_t>(cols / group)), biases(static_cast<size_t>(cols / group));
       ASSERT_TRUE(gguf_row_to_affine(uint32_t(t), src, cols, codes.data(), scales.data(), biases.data()).ok());
-      dequant_affine_row(codes.data(), scales.data(), biases.data(), cols, bits, kGgufAffineGroup,
-                         got.data());
+      dequant_affine_row(codes.data(), scales.data(), biases.data(), cols, bits, group, got.data());
       int bad = 0;
       for (int64_t i = 0; i < cols; ++i)
-        if (!(want[size_t(i)] == got[size_t(i)]) && bad++ < 3)
+        // Q6_K: scale · code may round (8-bit sub-scales): within an ulp of 64 · |scale|.
+        if (!(t == GgmlType::Q6_K
+                  ? std::fabs(got[size_t(i)] - want[size_t(i)]) <=
+                        std::ldexp(std::fabs(scales[size_t(i / group)]), -17)
+                  : want[size_t(i)] == got[size_t(i)]) &&
+            bad++ < 3)
           ADD_FAILURE() << ggml_type_name(uint32_t(t)) << " element " << i << ": "
                         << got[size_t(i)] << " affine, " << want[size_t(i)] << " defined";
     }
@@ -70,7 +78,7 @@ TEST(GgufAffine, OtherTypesAndBadSizesAreErrors) {
   std::vector<uint8_t> src(210);
   std::vector<uint32_t> codes(64);
   std::vector<float> s(8), b(8);
-  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::F16, GgmlType::Q5_0}) {
+  for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::F16, GgmlType::Q5_0}) {
     EXPECT_EQ(gguf_affine_bits(uint32_t(t)), 0) << ggml_type_name(uint32_t(t));
     EXPECT_FALSE(gguf_row_to_affine(uint32_t(t), src, 256, codes.data(), s.data(), b.data()).ok());
   }

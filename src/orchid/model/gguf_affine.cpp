@@ -39,7 +39,47 @@ void q4_k(const uint8_t* b, uint8_t* q, float* s, float* o) {
   }
 }
 
+void q5_k(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  const float d = ggml_f16(b), dmin = ggml_f16(b + 2);
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int c = 0; c < 4; ++c, qs += 32) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * c + l] = uint8_t((qs[l] & 15) + ((qh[l] >> (2 * c)) & 1) * 16);
+      q[64 * c + 32 + l] = uint8_t((qs[l] >> 4) + ((qh[l] >> (2 * c + 1)) & 1) * 16);
+    }
+    for (int h = 0; h < 2; ++h) {
+      int sc, m;
+      ggml_scale_min_k4(2 * c + h, b + 4, sc, m);
+      s[2 * c + h] = d * float(sc), o[2 * c + h] = -(dmin * float(m));
+    }
+  }
+}
+// Groups of 16: element 128 n + 32 r + l (run r of half n) has scale index 8 n + 2 r + l / 16.
+void q6_k(const uint8_t* b, uint8_t* q, float* s, float* o) {
+  const float d = ggml_f16(b + 208);
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* ql = b + 64 * n;
+    const uint8_t* qh = b + 128 + 32 * n;
+    for (int l = 0; l < 32; ++l) {
+      q[128 * n + l] = uint8_t((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4);
+      q[128 * n + 32 + l] = uint8_t((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
+      q[128 * n + 64 + l] = uint8_t((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+      q[128 * n + 96 + l] = uint8_t((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+    }
+  }
+  for (int g = 0; g < 16; ++g) {
+    const float scale = d * float(sc[g]);
+    s[g] = scale, o[g] = -32.f * scale;
+  }
+}
+
 }  // namespace
+
+int gguf_affine_group(uint32_t type) {
+  return GgmlType(type) == GgmlType::Q6_K ? 16 : gguf_affine_bits(type) ? 32 : 0;
+}
 
 int gguf_affine_bits(uint32_t type) {
   switch (GgmlType(type)) {
@@ -48,6 +88,8 @@ int gguf_affine_bits(uint32_t type) {
     case GgmlType::Q4_K:
       return 4;
     case GgmlType::Q8_0:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
       return 8;
     default:
       return 0;
@@ -67,9 +109,11 @@ Status gguf_row_to_affine(uint32_t type, std::span<const uint8_t> src, int64_t c
       GgmlType(type) == GgmlType::Q4_0   ? q4_0
       : GgmlType(type) == GgmlType::Q4_1 ? q4_1
       : GgmlType(type) == GgmlType::Q8_0 ? q8_0
-                                         : q4_k;
+      : GgmlType(type) == GgmlType::Q4_K ? q4_k
+      : GgmlType(type) == GgmlType::Q5_K ? q5_k
+                                         : q6_k;
   uint8_t q[256];
-  const int per_word = 32 / bits, groups = blk.elems / kGgufAffineGroup;
+  const int per_word = 32 / bits, groups = blk.elems / gguf_affine_group(type);
   for (int64_t k = 0; k < cols / blk.elems; ++k) {
     block(src.data() + k * blk.bytes, q, scales + k * groups, biases + k * groups);
     uint32_t* w = codes + k * blk.elems / per_word;
