@@ -214,6 +214,10 @@ Sym JsonSchemaCompiler::typed(const std::string& t, const json& s, int depth) {
   throw SchemaError("unknown type \"" + t + "\"");
 }
 
+json additional_properties(const json& s) {
+  return s.value("additionalProperties", json(!s.contains("properties")));
+}
+
 Sym JsonSchemaCompiler::object(const json& s, int depth) {
   const Sym w = ws();
   const json props = s.value("properties", json::object());
@@ -230,10 +234,8 @@ Sym JsonSchemaCompiler::object(const json& s, int depth) {
     }
   }
   if (props.empty()) {
-    // No named properties. "properties": {} says the object has none (a tool without
-    // arguments), so unless additionalProperties allows more, it is {} — as with named
-    // properties, where no others are written. Without "properties", keys → additionalProperties.
-    const json add = s.value("additionalProperties", json(!s.contains("properties")));
+    // No named properties: {} unless additionalProperties allows keys, then keys → it.
+    const json add = additional_properties(s);
     if (add.is_boolean() && !add.get<bool>()) return b_.seq({b_.lit("{"), w, b_.lit("}")});
     if (add.is_boolean()) return any_object();
     const Sym member = b_.seq({string(json::object()), w, b_.lit(":"), w, compile(add, depth + 1)});

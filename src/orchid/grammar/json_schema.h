@@ -64,6 +64,13 @@ class JsonSchemaCompiler {
 
 // The whole answer's grammar: optional whitespace, a value valid against `schema`, optional
 // whitespace. An unsupported or malformed schema is an error saying what and where.
+// What an object schema says of keys beyond its named properties: its additionalProperties
+// (false, true or a schema), by default true without a "properties" key and false with one —
+// "properties": {} declares an object without keys (a tool without arguments), and the named
+// properties of a longer list are the only ones written. The JSON grammar and the tool-call
+// grammar both follow this.
+nlohmann::ordered_json additional_properties(const nlohmann::ordered_json& object_schema);
+
 Expected<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
 // The same for any JSON object (response_format json_object).
 Grammar json_object_grammar();

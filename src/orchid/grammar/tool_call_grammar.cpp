@@ -41,19 +41,17 @@ Expected<Grammar> tool_call_grammar(const json& tools, const std::string& only, 
     if (params.is_object() && params.contains("required") && params["required"].is_array())
       for (const json& r : params["required"])
         if (r.is_string()) required.insert(r.get<std::string>());
-    // Extra parameter names: only where the schema does not declare its properties (no
-    // "properties" key) or additionalProperties allows them. A tool declared with
-    // "properties": {} takes no parameters: free names there let a sampled model write
-    // thousands of tokens of made-up ones into a call that should be empty.
-    const bool declared = params.is_object() && params.contains("properties");
-    const json add = params.is_object() ? params.value("additionalProperties", json(!declared)) : json(true);
+    // Parameter names beside the declared ones: only where additionalProperties allows them
+    // (json_schema.h: not for "properties": {}, a tool without arguments — free names there let
+    // a sampled model write thousands of tokens of made-up ones into a call that should be empty).
+    const json add = params.is_object() ? additional_properties(params) : json(true);
     const bool free_names = !(add.is_boolean() && !add.get<bool>());
     Sym body;
-    if ((!props.is_object() || props.empty()) && !free_names) {
-      body = b.empty();
-    } else if (!props.is_object() || props.empty()) {
+    if (!props.is_object() || props.empty()) {
       const Sym pname = b.repeat(b.bytes(all - ByteSet::chars("<>\n")), 1, 128);
-      body = b.star(b.seq({b.lit("<parameter="), pname, b.lit(">\n"), text, b.lit("\n</parameter>\n")}));
+      body = free_names ? b.star(b.seq({b.lit("<parameter="), pname, b.lit(">\n"), text,
+                                         b.lit("\n</parameter>\n")}))
+                        : b.empty();
     } else {
       JsonSchemaCompiler c(b, params);
       std::vector<Sym> parts;

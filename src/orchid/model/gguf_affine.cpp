@@ -75,47 +75,54 @@ void q6_k(const uint8_t* b, uint8_t* q, float* s, float* o) {
   }
 }
 
-}  // namespace
+// A type's affine form: code bits, elements a group, and its block's unpacking.
+struct Form {
+  int bits = 0, group = 0;
+  void (*block)(const uint8_t*, uint8_t*, float*, float*) = nullptr;
+};
 
-int gguf_affine_group(uint32_t type) {
-  return GgmlType(type) == GgmlType::Q6_K ? 16 : gguf_affine_bits(type) ? 32 : 0;
-}
-
-int gguf_affine_bits(uint32_t type) {
+Form form_of(uint32_t type) {
   switch (GgmlType(type)) {
     case GgmlType::Q4_0:
+      return {4, 32, q4_0};
     case GgmlType::Q4_1:
+      return {4, 32, q4_1};
     case GgmlType::Q4_K:
-      return 4;
-    case GgmlType::Q8_0:
+      return {4, 32, q4_k};
     case GgmlType::Q5_K:
+      return {8, 32, q5_k};
+    case GgmlType::Q8_0:
+      return {8, 32, q8_0};
     case GgmlType::Q6_K:
-      return 8;
+      return {8, 16, q6_k};
     default:
-      return 0;
+      return {};
   }
+}
+
+}  // namespace
+
+int gguf_affine_bits(uint32_t type) {
+  return form_of(type).bits;
+}
+
+int gguf_affine_group(uint32_t type) {
+  return form_of(type).group;
 }
 
 Status gguf_row_to_affine(uint32_t type, std::span<const uint8_t> src, int64_t cols,
                           uint32_t* codes, float* scales, float* biases) {
-  const int bits = gguf_affine_bits(type);
+  const Form form = form_of(type);
   GgmlBlock blk;
-  if (bits == 0 || !ggml_block(type, blk))
+  if (form.bits == 0 || !ggml_block(type, blk))
     return err("affine form: ", ggml_type_name(type), " has none without re-quantization");
   if (cols <= 0 || cols % blk.elems != 0 || uint64_t(cols / blk.elems) * uint64_t(blk.bytes) != src.size())
     return err("affine form: a row of ", cols, " ", ggml_type_name(type), " elements, ",
                src.size(), " bytes");
-  void (*block)(const uint8_t*, uint8_t*, float*, float*) =
-      GgmlType(type) == GgmlType::Q4_0   ? q4_0
-      : GgmlType(type) == GgmlType::Q4_1 ? q4_1
-      : GgmlType(type) == GgmlType::Q8_0 ? q8_0
-      : GgmlType(type) == GgmlType::Q4_K ? q4_k
-      : GgmlType(type) == GgmlType::Q5_K ? q5_k
-                                         : q6_k;
   uint8_t q[256];
-  const int per_word = 32 / bits, groups = blk.elems / gguf_affine_group(type);
+  const int bits = form.bits, per_word = 32 / bits, groups = blk.elems / form.group;
   for (int64_t k = 0; k < cols / blk.elems; ++k) {
-    block(src.data() + k * blk.bytes, q, scales + k * groups, biases + k * groups);
+    form.block(src.data() + k * blk.bytes, q, scales + k * groups, biases + k * groups);
     uint32_t* w = codes + k * blk.elems / per_word;
     for (int i = 0; i < blk.elems / per_word; ++i) {
       uint32_t word = 0;
