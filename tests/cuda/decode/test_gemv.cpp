@@ -296,6 +296,85 @@ TEST(CudaGemv, BatchedSlotsEqualEachSlotAlone) {
   }
 }
 
+// The batched lm_head (8 and 3 slots, greedy and sampled, one slot halted) picks for each slot
+// the id its batch-1 launch picks, and moves each slot's token, position and host pair as that
+// does — on the tensor-core kernel (decode/lm_head_slots.cu) and, switched off, on the bulk
+// stream's batched dp4a form. 50,021 rows: the last chunk is partial.
+TEST(CudaGemv, BatchedArgmaxPicksEachSlotsAloneId) {
+  ORCHID_REQUIRE_GPU();
+  if (!cuda::bulk_batched_supported()) GTEST_SKIP() << "no batched bulk stream on this device";
+  cudaDeviceProp prop{};
+  ORCHID_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major == 9 && prop.minor == 0) {
+    EXPECT_TRUE(cuda::lm_head_slots_supported());
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  HostMatrix h(DevFormat::q4, 50021, 2048, rng);
+  DeviceMatrix d(h);
+  constexpr int kSlots = cuda::kMaxSlots;
+  constexpr int64_t kStride = 8192;
+  auto x = test::random_floats(size_t(kSlots) * kStride, -2.f, 2.f, rng);
+  auto norm = test::random_floats(2048, 0.5f, 1.5f, rng);
+  std::vector<float> inv_temp(kSlots);
+  std::vector<uint64_t> seed(kSlots);
+  for (int b = 0; b < kSlots; ++b)
+    inv_temp[size_t(b)] = b % 3 == 0 ? 0.f : 1.f / (0.5f + 0.25f * float(b)), seed[size_t(b)] = rng();
+  DevBuf<float> dx(x), dnorm(norm), codes{size_t(kSlots) * kStride}, partial(2 * 4096);
+  DevBuf<float> d_inv(inv_temp);
+  DevBuf<uint64_t> d_seed(seed);
+  DevBuf<int> stop_ids(std::vector<int>(size_t(kSlots) * cuda::kMaxStopIds, -1));
+  DevBuf<unsigned> ticket(std::vector<unsigned>{0u});
+  int* host = nullptr;
+  ORCHID_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * kSlots * sizeof(int),
+                               cudaHostAllocMapped));
+  int* host_dev = nullptr;
+  ORCHID_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_dev), host, 0));
+  for (bool mma : {true, false})
+    for (int slots : {8, 3}) {
+      cuda::set_slot_mma_enabled(mma);
+      std::vector<int> pos0(size_t(kSlots) * kStride, 0), halt0(pos0.size(), 0), token0(pos0.size(), -7);
+      for (int b = 0; b < slots; ++b) pos0[size_t(b * kStride)] = 100 + 17 * b + (mma ? 0 : 1);
+      halt0[size_t(1 * kStride)] = 1;
+      DevBuf<int> pos(pos0), halt(halt0), token(token0);
+      cuda::GemvParams p;
+      p.task[0] = {d.m, nullptr, nullptr};
+      p.n_task = 1, p.x = dx.get(), p.cols = 2048, p.norm = dnorm.get();
+      p.epilogue = cuda::GemvEpilogue::argmax, p.ticket = ticket.get(), p.partial = partial.get();
+      p.token = token.get(), p.pos = pos.get(), p.stopped = halt.get(), p.halt = halt.get();
+      p.stop_ids = stop_ids.get(), p.host_token = host_dev;
+      p.batch.slots = slots, p.batch.stride = kStride;
+      p.slot_inv_temp = d_inv.get(), p.slot_seed = d_seed.get(), p.x_codes = codes.get();
+      ASSERT_TRUE(cuda::launch_gemv(p, nullptr).ok());
+      ORCHID_CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<int> got_tok = token.host(), got_pos = pos.host();
+      EXPECT_EQ(ticket.host()[0], 0u);
+      for (int b = 0; b < slots; ++b) {
+        const size_t at = size_t(b * kStride);
+        if (b == 1) {
+          EXPECT_EQ(got_tok[at], -7) << "halted slot";
+          EXPECT_EQ(got_pos[at], pos0[at]) << "halted slot";
+          continue;
+        }
+        DevBuf<int> tok1(std::vector<int>{-1}), pos1(std::vector<int>{pos0[at]});
+        cuda::GemvParams one;
+        one.task[0] = {d.m, nullptr, nullptr};
+        one.n_task = 1, one.x = dx.get() + b * kStride, one.cols = 2048, one.norm = dnorm.get();
+        one.epilogue = cuda::GemvEpilogue::argmax, one.ticket = ticket.get();
+        one.partial = partial.get(), one.token = tok1.get(), one.pos = pos1.get();
+        one.inv_temp = inv_temp[size_t(b)], one.seed = seed[size_t(b)];
+        ASSERT_TRUE(cuda::launch_gemv(one, nullptr).ok());
+        ORCHID_CUDA_OK(cudaDeviceSynchronize());
+        const int want = tok1.host()[0];
+        EXPECT_EQ(got_tok[at], want) << (mma ? "tensor cores" : "dp4a") << ", " << slots
+                                     << " slots, slot " << b << " (1/T " << inv_temp[size_t(b)] << ")";
+        EXPECT_EQ(got_pos[at], pos0[at] + 1);
+        EXPECT_EQ(static_cast<volatile int*>(host)[2 * b + (pos0[at] & 1)], want) << "host pair";
+      }
+    }
+  cuda::set_slot_mma_enabled(true);
+  cudaFreeHost(host);
+}
+
 TEST(CudaRouting, GateUpPicksTopKRenormalisesAndAddsTheSharedSlot) {
   ORCHID_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());

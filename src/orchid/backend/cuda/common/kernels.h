@@ -255,8 +255,8 @@ bool sm90a_kernel_runs(const void* kernel, size_t smem);
 // the earlier fp32 kernels (the ablation). Process-wide; the backend sets it from its switch.
 bool dp4a_enabled();
 void set_dp4a_enabled(bool on);
-// The batched decode's q4 GEMVs on the int8 tensor cores (decode/gemv_slots_mma.cu) instead of
-// dp4a; off: ORCHID_SLOT_MMA=0.
+// The batched decode's q4 GEMVs on the int8 tensor cores (decode/gemv_slots_mma.cu, and the
+// lm_head's decode/lm_head_slots.cu) instead of dp4a; off: ORCHID_SLOT_MMA=0.
 bool slot_mma_enabled();
 void set_slot_mma_enabled(bool on);
 // Single q4 GEMVs of 2,048 columns and at least stream_min_rows() rows (default 32768: the
@@ -275,6 +275,9 @@ bool bulk_gemv_supported();
 // Whether this device runs the batched bulk-copy stream (the batched lm_head; the batched decode
 // step needs it). Cached.
 bool bulk_batched_supported();
+// Whether this device runs the batched lm_head on the tensor cores (decode/lm_head_slots.cu: sm_90a
+// code, ~200 KB of shared memory a block). Cached.
+bool lm_head_slots_supported();
 
 // ---- small kernels ----------------------------------------------------------------------------
 

@@ -446,10 +446,21 @@ __device__ __forceinline__ void finish_argmax_slots(const GemvParams& p,
 // takes.
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s);
 
+// Each slot's x̂ of p (x + b · stride, normed when p.norm is given) quantised into p.x_codes
+// (SlotCodes layout at b · stride), each code as the batch-1 kernels' stage_x_quant makes it;
+// word_sums: also the q8 rows' word sums. One block a slot; halted slots are left as they were.
+Status launch_quantize_slots(const GemvParams& p, bool word_sums, cudaStream_t s);
+
 // The batched q4 GEMV on the int8 tensor cores (decode/gemv_slots_mma.cu) for p (2+ slots,
 // x_codes already quantised, q4 rows of 2,048 or 4,096 columns; `total` rows of all tasks); false
 // when switched off (ORCHID_SLOT_MMA=0) or p is not a launch it takes.
 Expected<bool> launch_slots_mma_gemv(const GemvParams& p, int total, cudaStream_t s);
+
+// The batched lm_head on the int8 tensor cores with each slot's pick (decode/lm_head_slots.cu)
+// for p (2…8 slots, room for x_codes, which it quantises first; one q4 matrix of 2,048 columns,
+// argmax without logits or mask); false when switched off (ORCHID_SLOT_MMA=0), the device does
+// not run it, or p is not a launch it takes.
+Expected<bool> launch_lm_head_slots(const GemvParams& p, cudaStream_t s);
 
 // The streaming dp4a GEMV of decode/gemv_stream.cu for p (one q4 matrix of 2,048 columns and at least
 // stream_min_rows() rows: the lm_head), validated by launch_gemv: the bulk-copy form where

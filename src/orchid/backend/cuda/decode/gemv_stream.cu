@@ -92,6 +92,8 @@ Expected<bool> launch_stream_gemv(const GemvParams& p, cudaStream_t s) {
   if (!dp4a_enabled() || p.n_task != 1 || m.fmt != DevFormat::q4 ||
       m.group != 64 || m.units != 32 * kNi || m.rows < stream_min_rows())
     return false;
+  if (p.batch.slots > 1)
+    if (Expected<bool> done = launch_lm_head_slots(p, s); !done || *done) return done;
   if (Expected<bool> done = launch_bulk_gemv(p, s); !done || *done) return done;
   if (p.batch.slots > 1) return err("stream gemv: a batch needs the bulk-copy stream");
   const auto kernel = stream_gemv_kernel;

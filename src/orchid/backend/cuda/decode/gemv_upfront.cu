@@ -155,10 +155,7 @@ Expected<bool> launch_slots(GemvParams p, int total, cudaStream_t s) {
   const auto kernel = upfront_gemv_kernel<F, NI, ROWS, true>;
   if (F != DevFormat::q4) p.x_codes = nullptr;
   if (p.x_codes) {
-    if (Status st = launch("quantize x (slots)", quantize_slots_kernel, dim3(p.batch.slots),
-                           dim3(kThreads), 0, s, p, F == DevFormat::q8);
-        !st.ok())
-      return st.error();
+    if (Status st = launch_quantize_slots(p, F == DevFormat::q8, s); !st.ok()) return st.error();
     if (Expected<bool> done = launch_slots_mma_gemv(p, total, s); !done || *done) return done;
   }
   const size_t smem = p.x_codes ? 0 : x_quant_smem_bytes(p.cols / 32) * size_t(p.batch.slots);
@@ -220,6 +217,11 @@ bool dp4a_enabled() {
 }
 void set_dp4a_enabled(bool on) {
   g_dp4a.store(on, std::memory_order_relaxed);
+}
+
+Status launch_quantize_slots(const GemvParams& p, bool word_sums, cudaStream_t s) {
+  return launch("quantize x (slots)", quantize_slots_kernel, dim3(p.batch.slots), dim3(kThreads), 0,
+                s, p, word_sums);
 }
 
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s) {

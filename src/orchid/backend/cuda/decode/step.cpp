@@ -193,6 +193,7 @@ Status CudaBackend::enqueue_step(CudaState* st, const SlotBatch& batch, bool hea
   } else {
     p.stop_ids = slot_stop_ids_, p.host_token = pinned_slots_dev_;
     p.slot_inv_temp = slot_inv_temp_, p.slot_seed = slot_seed_;
+    p.x_codes = x_codes_;
   }
   if (gemv_blocks(p) > 4096) return err("lm_head: too many blocks");
   ORCHID_TRY(launch_gemv(p, stream_));
