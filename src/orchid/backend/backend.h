@@ -90,6 +90,8 @@ class Backend {
     (void)snap;
     return err(name(), ": its snapshots have no device memory to leave");
   }
+  // The state cache's budget when the server is not given one.
+  virtual int64_t default_state_cache_bytes() const { return int64_t(1) << 30; }
 
   // Backends that pick tokens on the device (no logits to the host between steps) say so.
   virtual bool can_decode_on_device() const { return false; }

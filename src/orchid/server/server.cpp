@@ -199,7 +199,10 @@ Status Server::load() {
   template_ = std::move(assets->chat_template);
   gen_ = std::move(assets->generation);
   engine_ =
-      std::make_unique<Engine>(*backend_, opts_.ctx, opts_.state_cache_bytes, opts_.parallel,
+      std::make_unique<Engine>(*backend_, opts_.ctx,
+                               opts_.state_cache_bytes < 0 ? backend_->default_state_cache_bytes()
+                                                           : opts_.state_cache_bytes,
+                               opts_.parallel,
                                opts_.state_cache_host_bytes);
   return {};
 }

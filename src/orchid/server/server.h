@@ -49,7 +49,7 @@ struct ServerOptions {
   // from their own.
   int parallel = 4;
   size_t max_body_bytes = 8 << 20;  // larger bodies: 413
-  int64_t state_cache_bytes = int64_t(1024) << 20;
+  int64_t state_cache_bytes = -1;  // −1: Backend::default_state_cache_bytes
   // The state cache's host tier: device snapshots evicted from state_cache_bytes move to host
   // memory while they fit this (GPU backends; 0: none).
   int64_t state_cache_host_bytes = int64_t(8192) << 20;

@@ -87,6 +87,16 @@ CudaBackend::~CudaBackend() {
 
 Status CudaBackend::init() {
   ORCHID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // State snapshots come from the stream-ordered pool (CudaSnapshot); freed blocks stay in it for
+  // the next snapshot instead of going back to the driver at each synchronisation.
+  {
+    int dev = 0;
+    cudaMemPool_t pool = nullptr;
+    uint64_t keep = UINT64_MAX;
+    ORCHID_CUDA(cudaGetDevice(&dev));
+    ORCHID_CUDA(cudaDeviceGetDefaultMemPool(&pool, dev));
+    ORCHID_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
   // Mapped: the lm_head's last block writes each chosen id straight into it (no copy between
   // steps).
   ORCHID_CUDA(
@@ -237,19 +247,51 @@ Status CudaBackend::sync(const char* what) {
   return {};
 }
 
+PinnedPool::~PinnedPool() {
+  for (auto& [bytes, p] : free_) cudaFreeHost(p);
+}
+
+void* PinnedPool::get(size_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->first == bytes) {
+        void* p = it->second;
+        free_.erase(it);
+        return p;
+      }
+  }
+  void* p = nullptr;
+  return cudaMallocHost(&p, bytes) == cudaSuccess ? p : nullptr;
+}
+
+void PinnedPool::put(void* p, size_t bytes) {
+  std::lock_guard lock(mu_);
+  free_.emplace_back(bytes, p);
+}
+
+int64_t CudaBackend::default_state_cache_bytes() const {
+  // 5 % of the GPU, inside the room max_context keeps (10 %, at least 6 GiB): 7 GiB on an H200,
+  // ~50 conversations of the full-size model, before the host tier's moves (~25 ms each on the
+  // serving path: pinning a block) begin.
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return int64_t(1) << 30;
+  return std::max<int64_t>(int64_t(1) << 30, int64_t(total_b) / 20);
+}
+
 std::unique_ptr<StateSnapshot> CudaBackend::snapshot(const BackendState& state) {
   const auto& st = static_cast<const CudaState&>(state);
   auto s = std::make_unique<CudaSnapshot>();
   s->n_past_ = st.n_past_;
   s->rewinds_seen = st.rewinds.size();
   s->rec_bytes = st.rec_bytes;
-  s->mem = std::make_unique<DeviceArena>();
-  auto p = s->mem->alloc_n<float>(st.rec_bytes / 4);
-  if (!p) return nullptr;
-  s->rec = *p;
+  s->stream = stream_;
+  s->pool = pinned_pool_;
+  void* p = nullptr;
+  if (cudaMallocAsync(&p, size_t(st.rec_bytes), stream_) != cudaSuccess) return nullptr;
+  s->rec = static_cast<float*>(p);
   if (cudaMemcpyAsync(s->rec, st.rec_block, size_t(st.rec_bytes), cudaMemcpyDeviceToDevice,
-                      stream_) != cudaSuccess ||
-      cudaStreamSynchronize(stream_) != cudaSuccess)
+                      stream_) != cudaSuccess)
     return nullptr;
   return s;
 }
@@ -258,12 +300,18 @@ Status CudaBackend::move_to_host(StateSnapshot& snap) {
   auto* s = dynamic_cast<CudaSnapshot*>(&snap);
   if (!s) return err("move_to_host: snapshot was not made by the cuda backend");
   if (!s->rec) return {};
-  s->host.resize(size_t(s->rec_bytes / 4));
-  ORCHID_CUDA(cudaMemcpyAsync(s->host.data(), s->rec, size_t(s->rec_bytes), cudaMemcpyDeviceToHost,
-                              stream_));
-  ORCHID_TRY(sync("move_to_host"));
+  void* h = pinned_pool_->get(size_t(s->rec_bytes));
+  if (!h) return err("move_to_host: no pinned host memory for ", s->rec_bytes, " bytes");
+  if (cudaError_t e = cudaMemcpyAsync(h, s->rec, size_t(s->rec_bytes), cudaMemcpyDeviceToHost,
+                                      stream_);
+      e != cudaSuccess) {
+    pinned_pool_->put(h, size_t(s->rec_bytes));
+    return err("move_to_host: ", cudaGetErrorString(e));
+  }
+  // Queued after the copy: no wait here for the decode steps ahead of it on the stream.
+  cudaFreeAsync(s->rec, stream_);
   s->rec = nullptr;
-  s->mem.reset();
+  s->host = static_cast<float*>(h);
   return {};
 }
 
@@ -282,7 +330,7 @@ Status CudaBackend::restore(BackendState& state, const StateSnapshot& snap) {
     ORCHID_CUDA(cudaMemcpyAsync(st.rec_block, s->rec, size_t(s->rec_bytes),
                                 cudaMemcpyDeviceToDevice, stream_));
   else
-    ORCHID_CUDA(cudaMemcpyAsync(st.rec_block, s->host.data(), size_t(s->rec_bytes),
+    ORCHID_CUDA(cudaMemcpyAsync(st.rec_block, s->host, size_t(s->rec_bytes),
                                 cudaMemcpyHostToDevice, stream_));
   const int pos[2] = {int(s->n_past_), 0};
   ORCHID_CUDA(cudaMemcpyAsync(st.d_pos, pos, sizeof pos, cudaMemcpyHostToDevice, stream_));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "orchid/backend/backend.h"
@@ -119,13 +120,44 @@ struct CudaState final : BackendState {
 
 // The recurrent states (the KV rows stay in the state), in device memory (rec) or, once the
 // state cache moved it to its host tier, in host memory.
+// Pinned host blocks for the state snapshots moved off the device, kept for reuse: pinning a
+// block takes tens of milliseconds (133 MB: the full-size model's recurrent state) and freeing
+// pinned memory waits for the device. Only copies on the backend's stream touch a block, so a
+// block handed back is reusable at once (the next copy into it is ordered after the last one
+// out of it). (Pinning spares ahead on a background thread was measured: its cudaMallocHost
+// calls stalled the serving thread's CUDA calls as long.)
+class PinnedPool {
+ public:
+  PinnedPool() = default;
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+  ~PinnedPool();
+  void* get(size_t bytes);  // null when the host cannot pin more
+  void put(void* p, size_t bytes);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<size_t, void*>> free_;
+};
+
+// A snapshot's recurrent state: in device memory (stream-ordered: allocated, copied and freed on
+// the backend's stream, so that neither making nor moving one waits for the decode steps queued
+// there), or, moved, in a pinned host block.
 struct CudaSnapshot final : StateSnapshot {
   int64_t n_past_ = 0;
   size_t rewinds_seen = 0;
-  std::unique_ptr<DeviceArena> mem;
-  float* rec = nullptr;
-  std::vector<float> host;
+  cudaStream_t stream = nullptr;
+  float* rec = nullptr;   // device; null once moved
+  float* host = nullptr;  // pinned, from pool; set once moved
+  std::shared_ptr<PinnedPool> pool;
   int64_t rec_bytes = 0;
+  CudaSnapshot() = default;
+  CudaSnapshot(const CudaSnapshot&) = delete;
+  CudaSnapshot& operator=(const CudaSnapshot&) = delete;
+  ~CudaSnapshot() override {
+    if (rec) cudaFreeAsync(rec, stream);
+    if (host) pool->put(host, size_t(rec_bytes));
+  }
   int64_t n_past() const override { return n_past_; }
   int64_t bytes() const override { return rec_bytes; }
   bool on_device() const override { return rec != nullptr; }
@@ -204,6 +236,7 @@ class CudaBackend final : public Backend {
                  const CancelCheck& cancel = {}) override;
   std::unique_ptr<StateSnapshot> snapshot(const BackendState& state) override;
   Status move_to_host(StateSnapshot& snap) override;
+  int64_t default_state_cache_bytes() const override;
   Status restore(BackendState& state, const StateSnapshot& snap) override;
   bool can_decode_on_device() const override { return true; }
   Expected<std::vector<int32_t>> decode_on_device(
@@ -314,6 +347,7 @@ class CudaBackend final : public Backend {
   const ModelConfig& c_;
   Switches sw_;
   cudaStream_t stream_ = nullptr;
+  std::shared_ptr<PinnedPool> pinned_pool_ = std::make_shared<PinnedPool>();
   DeviceArena scratch_;
   // Scratch (one request at a time): activations and small buffers of one step.
   float *h_ = nullptr, *qg_ = nullptr, *kbuf_ = nullptr, *vbuf_ = nullptr, *attn_ = nullptr;

@@ -28,8 +28,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kSbStride = G + 4;    // words a staged row: rows g = 0…7 in distinct banks
   constexpr int units = NI * 32;
   constexpr int kRowBytes = units * 16 + 16;
-  // Dynamic shared memory: [kTiles][16 rows][kRowBytes] the tiles' weights, then a quad's codes
-  // (MmaCodes).
+  // Dynamic shared memory: [kTiles][16 rows][kRowBytes] the tiles' weights, then every slot's
+  // codes (MmaCodes), the quads side by side.
   extern __shared__ float4 smem4[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
   unsigned char* codes = smem + kTiles * 16 * kRowBytes;
@@ -74,8 +74,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   unsigned live = 0;
   for (int b = 0; b < p.batch.slots; ++b)
     if (!(p.halt && p.halt[b * stride])) live |= 1u << b;
+  // All slots' codes and (d, sum) pairs at once: one L2 round trip a launch, not one a quad (a
+  // halted slot's codes are copied too, never stored from).
+  MmaCodes<units>::copy(codes, p.x_codes, stride, p.batch.slots);
+  cp_async_commit();
   cp_async_wait<0>();
-  __syncthreads();  // weights and sbs staged
+  __syncthreads();  // weights, sbs and codes staged
   if (live == 0) return;
 
   // Unit u = rev5(i) + lo + 32j is in group (rev5(i) >> 1) + (lo >> 1) + 16j (rev5(i) is a
@@ -86,19 +90,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Slots four at a time (the quad's columns).
   for (int s0 = 0; s0 < p.batch.slots; s0 += 4) {
     if (!(live >> s0 & 15u)) continue;  // uniform
-    // The quad's codes and (d, sum) pairs into shared memory (read from L2 inside the loop, each
-    // unit's load sat on the chain: 8.7 µs a quad at 12,352 rows).
-    MmaCodes<units>::copy(codes, p.x_codes + s0 * stride, stride, min(4, p.batch.slots - s0));
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
     float sums[2];
     part_sums<NI, L>(
         [&](int i, int j, int r) {
           return *reinterpret_cast<const uint32_t*>(wq + r * 8 * kRowBytes + (rev5(i) + 32 * j) * 16);
         },
-        [&](int i, int j, int r) { return (r ? sb_g8 : sb_g)[(rev5(i) >> 1) + 16 * j]; }, codes, g, q,
-        lo, sums);
+        [&](int i, int j, int r) { return (r ? sb_g8 : sb_g)[(rev5(i) >> 1) + 16 * j]; },
+        codes + s0 * MmaCodes<units>::kSlotBytes, g, q, lo, sums);
     // Rows g, g + 8 of slot s0 + q: this part's subtree.
     part[tile][pt][g][q] = sums[0];
     part[tile][pt][g + 8][q] = sums[1];
@@ -124,11 +122,15 @@ template <int NI>
 Status launch_ni(const GemvParams& p, int total, cudaStream_t s) {
   constexpr int kTileRows = 16 * (kWarps / NI);
   constexpr int units = NI * 32;
-  constexpr size_t kSmem =
-      size_t(kWarps / NI) * 16 * (units * 16 + 16) + 4 * size_t(MmaCodes<units>::kSlotBytes);
+  constexpr size_t kTilesBytes = size_t(kWarps / NI) * 16 * (units * 16 + 16);
+  constexpr size_t kSmem = kTilesBytes + kMaxSlots * size_t(MmaCodes<units>::kSlotBytes);
+  // The launch's codes take whole quads: up to 4 slots keep 4,096 columns at two blocks an SM.
+  const size_t smem =
+      kTilesBytes + size_t((p.batch.slots + 3) / 4 * 4) * MmaCodes<units>::kSlotBytes;
   const auto kernel = slots_mma_gemv_kernel<NI>;
-  // All of an SM's shared memory for shared memory: 2,048 columns fit two blocks an SM (one
-  // wave for the in-projections), 4,096 one.
+  // All of an SM's shared memory for shared memory: 2,048 columns fit two blocks an SM at any
+  // slot count (one wave for the in-projections: 113.5 KB a block at 8 slots, of 228), 4,096
+  // columns two up to 4 slots and one past (their 2,048 rows are 64 blocks).
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
       e != cudaSuccess)
@@ -138,7 +140,7 @@ Status launch_ni(const GemvParams& p, int total, cudaStream_t s) {
       e != cudaSuccess)
     return err("slots mma gemv: ", cudaGetErrorString(e));
   const int blocks = (total + kTileRows - 1) / kTileRows;
-  return launch("slots mma gemv", kernel, dim3(blocks), dim3(kThreads), kSmem, s, p);
+  return launch("slots mma gemv", kernel, dim3(blocks), dim3(kThreads), smem, s, p);
 }
 
 }  // namespace
@@ -152,8 +154,8 @@ void set_slot_mma_enabled(bool on) {
 
 Expected<bool> launch_slots_mma_gemv(const GemvParams& p, int total, cudaStream_t s) {
   const DevMatrix& m = p.task[0].m;
-  if (!slot_mma_enabled() || !p.x_codes || p.batch.slots < 2 || m.fmt != DevFormat::q4 ||
-      m.group != 64)
+  if (!slot_mma_enabled() || !p.x_codes || p.batch.slots < 2 || p.batch.slots > kMaxSlots ||
+      m.fmt != DevFormat::q4 || m.group != 64)
     return false;
   if (m.units != 64 && m.units != 128) return false;
   if (Status st = m.units == 64 ? launch_ni<2>(p, total, s) : launch_ni<4>(p, total, s); !st.ok())
