@@ -6,61 +6,21 @@
 #include <string>
 #include <utility>
 
+#include "gguf_fixture.h"
 #include "orchid/model/gguf_config.h"
 
 namespace orchid {
 namespace {
 
-GgufValue integer(int64_t v, GgufValueType t = GgufValueType::U32) {
-  GgufValue x;
-  x.type = t, x.i = v, x.u = uint64_t(v);
-  return x;
-}
-GgufValue real(double v) {
-  GgufValue x;
-  x.type = GgufValueType::F32, x.f = v;
-  return x;
-}
-GgufValue text(std::string s) {
-  GgufValue x;
-  x.type = GgufValueType::STRING, x.s = std::move(s);
-  return x;
-}
+using gguf_fixture::integer;
+using gguf_fixture::real;
+using gguf_fixture::text;
 
-// What the converter writes for `c` (with `mtp` MTP layers and padded mrope sections).
+// What the converter writes for `c` (with `mtp` MTP layers and padded mrope sections): its
+// metadata and the embedding's (and output's) dims.
 GgufFile file_for(const ModelConfig& c, int mtp) {
   GgufFile f;
-  auto set = [&](const std::string& k, GgufValue v) { f.metadata["qwen35moe." + k] = std::move(v); };
-  f.metadata["general.architecture"] = text("qwen35moe");
-  const std::pair<const char*, int64_t> integers[] = {
-      {"block_count", c.n_layer + mtp},
-      {"nextn_predict_layers", mtp},
-      {"context_length", c.max_position_embeddings},
-      {"embedding_length", c.n_embd},
-      {"attention.head_count", c.n_head},
-      {"attention.head_count_kv", c.n_head_kv},
-      {"attention.key_length", c.head_dim},
-      {"attention.value_length", c.head_dim},
-      {"rope.dimension_count", c.n_rot},
-      {"expert_count", c.n_expert},
-      {"expert_used_count", c.n_expert_used},
-      {"expert_feed_forward_length", c.n_ff_exp},
-      {"expert_shared_feed_forward_length", c.n_ff_shexp},
-      {"ssm.conv_kernel", c.lin_conv_kernel},
-      {"ssm.state_size", c.lin_head_dim_k},
-      {"ssm.group_count", c.lin_n_head_k},
-      {"ssm.time_step_rank", c.lin_n_head_v},
-      {"ssm.inner_size", int64_t(c.lin_n_head_v) * c.lin_head_dim_v},
-      {"full_attention_interval", 4},
-  };
-  for (const auto& [key, v] : integers) set(key, integer(v));
-  set("attention.layer_norm_rms_epsilon", real(c.rms_norm_eps));
-  set("rope.freq_base", real(c.rope_theta));
-  GgufValue sections;
-  sections.type = GgufValueType::ARRAY, sections.elem = GgufValueType::I32;
-  for (int s : c.mrope_section) sections.array.push_back(integer(s, GgufValueType::I32));
-  while (sections.array.size() < 4) sections.array.push_back(integer(0, GgufValueType::I32));
-  set("rope.dimension_sections", sections);
+  gguf_fixture::add_metadata(f, c, mtp);
   GgufTensor embd;
   embd.name = "token_embd.weight", embd.dims = {c.n_embd, c.n_vocab};
   f.tensors.push_back(embd);

@@ -3,6 +3,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "orchid/model/gguf.h"
+#include "orchid/model/gguf_config.h"
+#include "orchid/model/gguf_weights.h"
 #include "orchid/model/model.h"
 #include "orchid/model/quant.h"
 #include "orchid/util/bf16.h"
@@ -323,7 +326,30 @@ Status load_layer(Loader& ld, const Model& m, const std::string& pre, int i, Lay
 
 }  // namespace
 
+namespace {
+
+Expected<std::unique_ptr<Model>> load_gguf_model(const std::string& path) {
+  auto file = MappedFile::open(path);
+  if (!file) return file.error();
+  auto m = std::make_unique<Model>();
+  m->gguf = std::make_unique<MappedFile>(std::move(*file));
+  auto f = parse_gguf(m->gguf->bytes(), path);
+  if (!f) return f.error();
+  auto cfg = gguf_config(*f, path);
+  if (!cfg) return cfg.error();
+  m->config = std::move(*cfg);
+  m->layout = Layout::gguf;
+  m->dir = path;
+  auto w = gguf_weights(*f, m->config, path, m->arena);
+  if (!w) return w.error();
+  m->weights = std::move(*w);
+  return m;
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& opts) {
+  if (dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0) return load_gguf_model(dir);
   auto cfg = load_config(dir);
   if (!cfg) return cfg.error();
   auto ck = Checkpoint::open(dir);

@@ -9,6 +9,7 @@
 #include "orchid/model/config.h"
 #include "orchid/model/safetensors.h"
 #include "orchid/model/weights.h"
+#include "orchid/util/mapped_file.h"
 #include "orchid/util/status.h"
 
 namespace orchid {
@@ -17,6 +18,7 @@ namespace orchid {
 enum class Layout {
   hf,   // Hugging Face original: model.language_model.* / model.*, lm_head.weight, raw norms
   mlx,  // MLX: language_model.model.*, switch_mlp experts, conv [C,K,1], norms stored as 1 + w
+  gguf,  // llama.cpp's single file: blk.N.*, metadata for config (model/gguf_weights.h)
 };
 
 struct LoadOptions {
@@ -29,13 +31,17 @@ struct Model {
   std::string dir;
   Weights weights;
   std::unique_ptr<Checkpoint> checkpoint;  // the mapped files the weights point into
+  std::unique_ptr<MappedFile> gguf;        // or the mapped GGUF file
   std::deque<std::vector<uint8_t>> arena;  // buffers the loader made (quantized copies, ...)
 
-  std::string layout_name() const { return layout == Layout::hf ? "hf" : "mlx"; }
+  std::string layout_name() const {
+    return layout == Layout::hf ? "hf" : layout == Layout::mlx ? "mlx" : "gguf";
+  }
 };
 
-// Loads DIR (config.json + safetensors). Every expected tensor is checked for presence, dtype
-// and shape; errors name the tensor and file.
+// Loads DIR (config.json + safetensors), or a FILE.gguf (config from its metadata). Every
+// expected tensor is checked for presence, dtype and shape; errors name the tensor and file.
+// (LoadOptions::quantize_q4 applies to safetensors checkpoints: a GGUF keeps its own types.)
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& opts = {});
 
 }  // namespace orchid
