@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,6 +172,47 @@ inline void add_weights(GgufFile& f, std::deque<std::vector<uint8_t>>& store, co
     mat(p + "ffn_down_shexp.weight", m.shared_down);
     add_f32(f, store, p + "ffn_gate_inp_shexp.weight", {H}, values(m.shared_expert_gate));
   }
+}
+
+// The converter's tokenizer metadata for tokenizer.json text `json_text`: tokens in id order with
+// their types (1 normal, 3 control = special added, 4 user-defined, one padding token of type 5
+// at the end), merges as "a b".
+inline void add_tokenizer(GgufFile& f, const std::string& json_text, const std::string& pre) {
+  const auto j = nlohmann::json::parse(json_text);
+  std::vector<std::string> tokens;
+  std::vector<int64_t> types;
+  auto put = [&](int64_t id, const std::string& s, int64_t type) {
+    if (int64_t(tokens.size()) <= id) tokens.resize(size_t(id + 1)), types.resize(size_t(id + 1), 0);
+    tokens[size_t(id)] = s, types[size_t(id)] = type;
+  };
+  for (const auto& [s, id] : j["model"]["vocab"].items()) put(id.get<int64_t>(), s, 1);
+  for (const auto& a : j["added_tokens"]) put(a["id"].get<int64_t>(), a["content"], a["special"] ? 3 : 4);
+  put(int64_t(tokens.size()), "[PAD" + std::to_string(tokens.size()) + "]", 5);
+  auto list = [](GgufValueType elem) {
+    GgufValue v;
+    v.type = GgufValueType::ARRAY, v.elem = elem;
+    return v;
+  };
+  f.metadata["tokenizer.ggml.model"] = text("gpt2");
+  f.metadata["tokenizer.ggml.pre"] = text(pre);
+  GgufValue tv = list(GgufValueType::STRING), ty = list(GgufValueType::I32), mv = list(GgufValueType::STRING);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tv.array.push_back(text(tokens[i]));
+    ty.array.push_back(integer(types[i], GgufValueType::I32));
+  }
+  for (const auto& m : j["model"]["merges"])
+    mv.array.push_back(text(m.is_string() ? m.get<std::string>()
+                                          : m[0].get<std::string>() + " " + m[1].get<std::string>()));
+  f.metadata["tokenizer.ggml.tokens"] = tv;
+  f.metadata["tokenizer.ggml.token_type"] = ty;
+  f.metadata["tokenizer.ggml.merges"] = mv;
+}
+
+inline std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 // f as the bytes of a GGUF v3 file (alignment 32; tensors in order, each aligned).

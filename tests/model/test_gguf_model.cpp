@@ -2,9 +2,11 @@
 // (fp32 tensors, value heads in its order, A as −exp(A_log), one MTP layer declared) loads from
 // the file alone and gives, on the CPU backend's exact path, the logits the safetensors
 // checkpoint gives (bound 1e-5 relative L2 a position: only A_log goes through exp and log).
+// The demo model as one GGUF file (weights, tokenizer, template) answers as its directory does.
 // A damaged file is an error naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include "gguf_fixture.h"
 #include "orchid/backend/cpu/cpu_backend.h"
 #include "orchid/model/model.h"
+#include "orchid/runtime/chat_assets.h"
 
 namespace orchid {
 namespace {
@@ -71,6 +74,53 @@ TEST(GgufModel, AConvertedCheckpointGivesItsLogits) {
   }
   std::printf("[ gguf ] tiny: worst rel L2 against the safetensors checkpoint %.2e\n", worst);
   EXPECT_LE(worst, 1e-5);
+  std::remove(path.c_str());
+}
+
+// The demo model (MLX 4-bit) written as one GGUF file with its tokenizer and chat template: the
+// file alone gives the same prompt ids for a chat and the same 24 greedy tokens on the CPU.
+TEST(GgufModel, TheDemoModelRunsFromOneFile) {
+  const std::string dir = std::string(ORCHID_SOURCE_DIR) + "/models/orchid-demo";
+  auto demo = load_model(dir);
+  ASSERT_TRUE(demo.ok()) << demo.message();
+  auto demo_assets = load_chat_assets(dir);
+  ASSERT_TRUE(demo_assets.ok()) << demo_assets.message();
+  GgufFile f;
+  std::deque<std::vector<uint8_t>> store;
+  gguf_fixture::add_metadata(f, (*demo)->config, 0);
+  gguf_fixture::add_weights(f, store, (*demo)->config, (*demo)->weights);
+  gguf_fixture::add_tokenizer(f, gguf_fixture::read(dir + "/tokenizer.json"), "qwen2");
+  f.metadata["tokenizer.chat_template"] = gguf_fixture::text(demo_assets->chat_template.source());
+  const std::string path = write_file("demo.gguf", gguf_fixture::file_bytes(f));
+  auto g = load_model(path);
+  ASSERT_TRUE(g.ok()) << g.message();
+  auto assets = load_chat_assets(path);
+  ASSERT_TRUE(assets.ok()) << assets.message();
+  const nlohmann::ordered_json msgs =
+      nlohmann::ordered_json::parse(R"([{"role":"user","content":"What does orchid mean?"}])");
+  auto want_prompt = demo_assets->chat_template.render(msgs, nlohmann::ordered_json::array(), {});
+  auto got_prompt = assets->chat_template.render(msgs, nlohmann::ordered_json::array(), {});
+  ASSERT_TRUE(want_prompt.ok() && got_prompt.ok());
+  EXPECT_EQ(*got_prompt, *want_prompt);
+  const std::vector<int32_t> ids = demo_assets->tokenizer.encode(*want_prompt);
+  EXPECT_EQ(assets->tokenizer.encode(*got_prompt), ids);
+  auto greedy = [&](const Model& m) {
+    auto backend = make_cpu_backend(m);
+    auto st = backend->new_state(512);
+    std::vector<int32_t> out;
+    std::vector<float> logits;
+    std::vector<int32_t> feed = ids;
+    for (int i = 0; i < 24 && st.ok(); ++i) {
+      if (!backend->forward(**st, feed, LogitsMode::last, logits).ok()) break;
+      const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      out.push_back(next);
+      feed = {next};
+    }
+    return out;
+  };
+  const std::vector<int32_t> want = greedy(**demo);
+  ASSERT_EQ(want.size(), 24u);
+  EXPECT_EQ(greedy(**g), want);
   std::remove(path.c_str());
 }
 

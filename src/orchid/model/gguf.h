@@ -115,6 +115,12 @@ inline constexpr int kGgufMaxArrayDepth = 4;
 inline constexpr uint64_t kGgufMaxStringBytes = uint64_t(1) << 30;
 inline constexpr uint32_t kGgufMaxDims = 4;
 
+// Whether `path` names a GGUF file (ends in ".gguf"), which the loaders read instead of a
+// directory.
+inline bool is_gguf_path(std::string_view path) {
+  return path.size() > 5 && path.substr(path.size() - 5) == ".gguf";
+}
+
 // Parses and validates a GGUF file held in memory (tensor spans point into `bytes`); file_name
 // is for messages. Validation: magic and version; every count bounded by the bytes left; keys
 // and tensor names unique and non-empty; value types known; general.alignment a power of two

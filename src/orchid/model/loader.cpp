@@ -349,7 +349,7 @@ Expected<std::unique_ptr<Model>> load_gguf_model(const std::string& path) {
 }  // namespace
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& opts) {
-  if (dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0) return load_gguf_model(dir);
+  if (is_gguf_path(dir)) return load_gguf_model(dir);
   auto cfg = load_config(dir);
   if (!cfg) return cfg.error();
   auto ck = Checkpoint::open(dir);

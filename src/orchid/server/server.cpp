@@ -12,6 +12,7 @@
 
 #include "orchid/backend/scripted/scripted_backend.h"
 #include "orchid/backend/select_backend.h"
+#include "orchid/model/gguf.h"
 #include "orchid/runtime/chat_assets.h"
 #include "orchid/server/job.h"
 
@@ -66,7 +67,7 @@ bool same_secret(std::string_view a, std::string_view b) {
 std::string dir_name(const std::string& dir) {
   fs::path p(dir);
   if (!p.has_filename()) p = p.parent_path();  // "models/tiny/" → "tiny"
-  std::string name = p.filename().string();
+  std::string name = is_gguf_path(dir) ? p.stem().string() : p.filename().string();
   return name.empty() ? "orchid" : name;
 }
 
@@ -113,16 +114,20 @@ Server::Server(ServerOptions opts)
 
 Expected<std::unique_ptr<Server>> Server::create(ServerOptions opts) {
   std::error_code ec;
-  if (!fs::is_directory(opts.model_dir, ec))
+  // A GGUF file holds the config, tokenizer and template itself (read at load).
+  const bool gguf = is_gguf_path(opts.model_dir);
+  if (gguf && !fs::is_regular_file(opts.model_dir, ec))
+    return err("model file ", opts.model_dir, " does not exist or is not a file");
+  if (!gguf && !fs::is_directory(opts.model_dir, ec))
     return err("model directory ", opts.model_dir, " does not exist or is not a directory");
-  if (!fs::exists(fs::path(opts.model_dir) / "tokenizer.json", ec))
+  if (!gguf && !fs::exists(fs::path(opts.model_dir) / "tokenizer.json", ec))
     return err(opts.model_dir, " has no tokenizer.json (the server needs the model's tokenizer)");
   if (opts.backend == "scripted") {
     if (opts.script.empty()) return err("--backend scripted needs --script FILE");
     auto replies = load_script_replies(opts.script);
     if (!replies) return replies.error();
   } else if (opts.backend == "cpu" || opts.backend == "cuda" || opts.backend == "auto") {
-    if (!fs::exists(fs::path(opts.model_dir) / "config.json", ec))
+    if (!gguf && !fs::exists(fs::path(opts.model_dir) / "config.json", ec))
       return err(opts.model_dir, " has no config.json");
   } else {
     return err("unknown backend '", opts.backend, "' (auto, cpu, cuda or scripted)");
