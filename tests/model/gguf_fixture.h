@@ -3,6 +3,7 @@
 // order, A as −exp(A_log); norms as orchid holds them, 1 + w), and a GgufFile as file bytes.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -82,6 +83,50 @@ inline void add_f32(GgufFile& f, std::deque<std::vector<uint8_t>>& store, const 
   f.tensors.push_back(std::move(t));
 }
 
+// v quantized as ggml does (ggml-quants.c's reference quantizers, written from their definition):
+// Q8_0 d = amax / 127, q = round(x / d); Q4_0 d = (the value of largest magnitude) / −8,
+// q = min(15, trunc(x / d + 8.5)). Blocks of 32 along the innermost dim.
+inline void add_quantized(GgufFile& f, std::deque<std::vector<uint8_t>>& store, const std::string& name,
+                          std::vector<int64_t> dims, const std::vector<float>& v, GgmlType type) {
+  auto f16 = [](float x) {  // round to nearest fp16 (normal range: the scales here)
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const int e = int((u >> 23) & 0xff) - 127 + 15;
+    if (e <= 0) return uint16_t(sign);  // flush the tiny ones
+    uint32_t m = u & 0x7fffffu, h = (uint32_t(e) << 10) | (m >> 13);
+    const uint32_t rest = m & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+    return uint16_t(sign | h);
+  };
+  const bool q8 = type == GgmlType::Q8_0;
+  const size_t block_bytes = q8 ? 34 : 18, blocks = v.size() / 32;
+  std::vector<uint8_t> b(blocks * block_bytes);
+  for (size_t i = 0; i < blocks; ++i) {
+    const float* x = v.data() + i * 32;
+    uint8_t* o = b.data() + i * block_bytes;
+    float amax = 0.f, max = 0.f;
+    for (int k = 0; k < 32; ++k)
+      if (std::fabs(x[k]) > amax) amax = std::fabs(x[k]), max = x[k];
+    const float d = q8 ? amax / 127.f : max / -8.f, id = d != 0.f ? 1.f / d : 0.f;
+    const uint16_t dh = f16(d);
+    std::memcpy(o, &dh, 2);
+    for (int k = 0; k < 32; ++k) {
+      if (q8) {
+        o[2 + k] = uint8_t(int8_t(std::lround(x[k] * id)));
+      } else if (k < 16) {
+        const auto q = [&](int j) { return uint8_t(std::min(15, int(x[j] * id + 8.5f))); };
+        o[2 + k] = uint8_t(q(k) | (q(k + 16) << 4));
+      }
+    }
+  }
+  store.push_back(std::move(b));
+  GgufTensor t;
+  t.name = name, t.type = uint32_t(type), t.dims = std::move(dims);
+  t.data = store.back(), t.nbytes = store.back().size();
+  f.tensors.push_back(std::move(t));
+}
+
 // m's values, [rows, cols] row-major.
 inline std::vector<float> values(const QuantMatrix& m) {
   std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
@@ -115,19 +160,24 @@ inline std::vector<float> to_stored_cols(const ModelConfig& c, const std::vector
 
 // w as the converter's fp32 tensors (the tied case: no output.weight).
 inline void add_weights(GgufFile& f, std::deque<std::vector<uint8_t>>& store, const ModelConfig& c,
-                        const Weights& w) {
+                        const Weights& w, GgmlType matrices = GgmlType::F32) {
   const int64_t H = c.n_embd, dv = c.lin_head_dim_v, key_dim = c.lin_key_dim();
   const int64_t V = c.lin_n_head_v, value_dim = c.lin_value_dim(), conv_dim = c.lin_conv_dim();
-  auto mat = [&](const std::string& n, const QuantMatrix& m) {
-    add_f32(f, store, n, {m.cols, m.rows}, values(m));
+  // Matrices and expert stacks in `matrices` (rows of a multiple of 32), the rest fp32.
+  auto put = [&](const std::string& n, std::vector<int64_t> dims, const std::vector<float>& v) {
+    if (matrices != GgmlType::F32 && dims[0] % 32 == 0)
+      add_quantized(f, store, n, std::move(dims), v, matrices);
+    else
+      add_f32(f, store, n, std::move(dims), v);
   };
+  auto mat = [&](const std::string& n, const QuantMatrix& m) { put(n, {m.cols, m.rows}, values(m)); };
   auto stack = [&](const std::string& n, const std::vector<QuantMatrix>& ms) {
     std::vector<float> all;
     for (const QuantMatrix& m : ms) {
       const std::vector<float> v = values(m);
       all.insert(all.end(), v.begin(), v.end());
     }
-    add_f32(f, store, n, {ms[0].cols, ms[0].rows, int64_t(ms.size())}, all);
+    put(n, {ms[0].cols, ms[0].rows, int64_t(ms.size())}, all);
   };
   mat("token_embd.weight", w.tok_embd);
   add_f32(f, store, "output_norm.weight", {H}, w.output_norm);
@@ -146,13 +196,13 @@ inline void add_weights(GgufFile& f, std::deque<std::vector<uint8_t>>& store, co
       add_f32(f, store, p + "attn_k_norm.weight", {c.head_dim}, L.attn.k_norm);
     } else {
       const DeltaNetWeights& g = L.gdn;
-      add_f32(f, store, p + "attn_qkv.weight", {H, conv_dim},
+      put(p + "attn_qkv.weight", {H, conv_dim},
               to_stored_rows(c, values(g.in_proj_qkv), H, 2 * key_dim, dv));
-      add_f32(f, store, p + "attn_gate.weight", {H, value_dim},
+      put(p + "attn_gate.weight", {H, value_dim},
               to_stored_rows(c, values(g.in_proj_z), H, 0, dv));
       add_f32(f, store, p + "ssm_beta.weight", {H, V}, to_stored_rows(c, values(g.in_proj_b), H, 0, 1));
       add_f32(f, store, p + "ssm_alpha.weight", {H, V}, to_stored_rows(c, values(g.in_proj_a), H, 0, 1));
-      add_f32(f, store, p + "ssm_out.weight", {value_dim, H},
+      put(p + "ssm_out.weight", {value_dim, H},
               to_stored_cols(c, values(g.out_proj), H, value_dim, dv));
       add_f32(f, store, p + "ssm_conv1d.weight", {c.lin_conv_kernel, conv_dim},
               to_stored_rows(c, g.conv, c.lin_conv_kernel, 2 * key_dim, dv));
@@ -163,7 +213,7 @@ inline void add_weights(GgufFile& f, std::deque<std::vector<uint8_t>>& store, co
       add_f32(f, store, p + "ssm_norm.weight", {dv}, g.norm);
     }
     const MoeWeights& m = L.moe;
-    mat(p + "ffn_gate_inp.weight", m.router);
+    add_f32(f, store, p + "ffn_gate_inp.weight", {H, c.n_expert}, values(m.router));  // F32 in real files
     stack(p + "ffn_gate_exps.weight", m.gate);
     stack(p + "ffn_up_exps.weight", m.up);
     stack(p + "ffn_down_exps.weight", m.down);
