@@ -1,9 +1,10 @@
 // A quantized GGUF on the CUDA backend (issue 34): the tiny golden checkpoint written as llama.cpp
 // writes a Q8_0 or Q4_0 file (router and vectors F32) loads through gguf_weights into the affine
 // layout with group 32 and fp32 scales, which the CUDA upload takes (scales to bf16); its logits
-// must match the CPU backend's exact run of the same file: rel. L2 ≤ 1e-2 at every position
-// (the bound CudaGolden holds the group-64 checkpoints to) and the same top-1 at 90 % of them
-// or more (a near-tied routing choice may flip).
+// must match the CPU backend's run of the same file with CUDA's bf16 KV cache: rel. L2 ≤ 1e-2
+// at every position (the bound CudaGolden holds the group-64 checkpoints to; against the exact
+// CPU, a position where the KV cache's rounding flips a near-tied routing choice is far off on
+// both, as CudaGolden explains it) and the same top-1 as the exact CPU at 90 % of them or more.
 #include <fstream>
 
 #include "../model/gguf_fixture.h"
@@ -32,6 +33,7 @@ void check(GgmlType type, const char* name) {
   auto cuda = make_cuda_backend(**m);
   ASSERT_TRUE(cuda.ok()) << cuda.message();
   auto cpu = make_cpu_backend(**m);
+  auto cpu_kv16 = make_cpu_backend(**m, {.kv = KvPrecision::bf16});
   std::vector<int32_t> ids;
   for (int i = 0; i < 64; ++i) ids.push_back(int32_t((i * 131 + 7) % (*m)->config.n_vocab));
   auto run = [&](Backend& b) {
@@ -43,17 +45,18 @@ void check(GgmlType type, const char* name) {
     }
     return out;
   };
-  const std::vector<float> want = run(*cpu), got = run(**cuda);
+  const std::vector<float> want = run(*cpu), kv16 = run(*cpu_kv16), got = run(**cuda);
   ASSERT_EQ(got.size(), want.size());
   const int64_t V = (*m)->config.n_vocab;
-  double worst = 0;
+  double worst = 0, worst_exact = 0;
   int same = 0;
   for (size_t p = 0; p < ids.size(); ++p) {
-    worst = std::max(worst, test::rel_l2(got.data() + p * V, want.data() + p * V, V));
+    worst = std::max(worst, test::rel_l2(got.data() + p * V, kv16.data() + p * V, V));
+    worst_exact = std::max(worst_exact, test::rel_l2(got.data() + p * V, want.data() + p * V, V));
     same += test::argmax(got.data() + p * V, V) == test::argmax(want.data() + p * V, V);
   }
-  std::printf("[ cuda gguf ] %s: worst rel L2 vs CPU %.2e, top-1 %d/%zu\n", name, worst, same,
-              ids.size());
+  std::printf("[ cuda gguf ] %s: worst rel L2 vs CPU with a bf16 KV cache %.2e (vs exact CPU %.2e), "
+              "top-1 %d/%zu\n", name, worst, worst_exact, same, ids.size());
   EXPECT_LE(worst, 1e-2) << name;
   EXPECT_GE(same, int(ids.size() * 9 / 10)) << name;
   std::remove(path.c_str());
