@@ -1,4 +1,4 @@
-// `orchid info -m DIR`: what was loaded — layout, dimensions, storage of each tensor group
+// `orchid info -m DIR|FILE.gguf`: what was loaded — layout, dimensions, storage of each tensor group
 // (bits, group size) and bytes.
 #include <cstdio>
 #include <map>
@@ -26,7 +26,7 @@ void add(std::map<std::string, GroupStats>& g, const std::string& group, const Q
 
 void add_info(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ModelOptions>();
-  CLI::App* cmd = app.add_subcommand("info", "describe a model directory");
+  CLI::App* cmd = app.add_subcommand("info", "describe a model directory or GGUF file");
   add_model_options(cmd, *opts);
   cmd->callback([opts, &exit_code] {
     LoadOptions lo;
@@ -38,8 +38,11 @@ void add_info(CLI::App& app, int& exit_code) {
     std::printf("model      %s\n", m.dir.c_str());
     std::printf("layout     %s (config %s, %s)\n", m.layout_name().c_str(), c.model_type.c_str(),
                 c.nested ? "nested text_config" : "flat");
-    std::printf("tensors    %zu in %zu file(s), %.2f MiB\n", m.checkpoint->size(),
-                m.checkpoint->shard_count(), double(m.checkpoint->total_bytes()) / (1 << 20));
+    if (m.checkpoint)
+      std::printf("tensors    %zu in %zu file(s), %.2f MiB\n", m.checkpoint->size(),
+                  m.checkpoint->shard_count(), double(m.checkpoint->total_bytes()) / (1 << 20));
+    else if (m.gguf)
+      std::printf("file       GGUF, %.2f MiB\n", double(m.gguf->size()) / (1 << 20));
     std::printf("vocab      %lld   hidden %d   layers %d (%d full attention, %d Gated DeltaNet)\n",
                 (long long)c.n_vocab, c.n_embd, c.n_layer, c.n_full_layers(),
                 c.n_layer - c.n_full_layers());
