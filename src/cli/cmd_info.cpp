@@ -41,8 +41,11 @@ void add_info(CLI::App& app, int& exit_code) {
     if (m.checkpoint)
       std::printf("tensors    %zu in %zu file(s), %.2f MiB\n", m.checkpoint->size(),
                   m.checkpoint->shard_count(), double(m.checkpoint->total_bytes()) / (1 << 20));
-    else if (m.gguf)
-      std::printf("file       GGUF, %.2f MiB\n", double(m.gguf->size()) / (1 << 20));
+    else if (!m.gguf.empty()) {
+      size_t bytes = 0;
+      for (const MappedFile& f : m.gguf) bytes += f.size();
+      std::printf("file       GGUF, %zu part(s), %.2f MiB\n", m.gguf.size(), double(bytes) / (1 << 20));
+    }
     std::printf("vocab      %lld   hidden %d   layers %d (%d full attention, %d Gated DeltaNet)\n",
                 (long long)c.n_vocab, c.n_embd, c.n_layer, c.n_full_layers(),
                 c.n_layer - c.n_full_layers());

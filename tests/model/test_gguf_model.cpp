@@ -124,6 +124,48 @@ TEST(GgufModel, TheDemoModelRunsFromOneFile) {
   std::remove(path.c_str());
 }
 
+// The tiny checkpoint split in three as gguf-split writes it (metadata in part 1, split.no /
+// split.count / split.tensors.count in each): loaded from part 1, the same logits; part 2 given,
+// or part 3 missing, is an error naming the file to give or the one missing.
+TEST(GgufModel, ASplitFileLoadsFromItsFirstPart) {
+  auto hf = load_model(std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/golden/tiny/hf");
+  ASSERT_TRUE(hf.ok()) << hf.message();
+  GgufFile whole;
+  std::deque<std::vector<uint8_t>> store;
+  gguf_fixture::add_metadata(whole, (*hf)->config, 0);
+  gguf_fixture::add_weights(whole, store, (*hf)->config, (*hf)->weights);
+  constexpr int kParts = 3;
+  const size_t per = (whole.tensors.size() + kParts - 1) / kParts;
+  std::vector<std::string> paths;
+  for (int i = 0; i < kParts; ++i) {
+    GgufFile part;
+    if (i == 0) part.metadata = whole.metadata;
+    part.metadata["split.no"] = gguf_fixture::integer(i, GgufValueType::U16);
+    part.metadata["split.count"] = gguf_fixture::integer(kParts, GgufValueType::U16);
+    part.metadata["split.tensors.count"] =
+        gguf_fixture::integer(int64_t(whole.tensors.size()), GgufValueType::I32);
+    for (size_t t = size_t(i) * per; t < std::min(whole.tensors.size(), size_t(i + 1) * per); ++t)
+      part.tensors.push_back(whole.tensors[t]);
+    char name[48];
+    std::snprintf(name, sizeof name, "tiny-%05d-of-%05d.gguf", i + 1, kParts);
+    paths.push_back(write_file(name, gguf_fixture::file_bytes(part)));
+  }
+  auto g = load_model(paths[0]);
+  ASSERT_TRUE(g.ok()) << g.message();
+  EXPECT_EQ((*g)->gguf.size(), size_t(kParts));
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back(int32_t((i * 97 + 13) % (*hf)->config.n_vocab));
+  EXPECT_EQ(logits_of(**g, ids), logits_of(**hf, ids));
+  auto second = load_model(paths[1]);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.message().find("tiny-00001-of-00003.gguf"), std::string::npos) << second.message();
+  std::remove(paths[2].c_str());
+  auto missing = load_model(paths[0]);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("tiny-00003-of-00003.gguf"), std::string::npos) << missing.message();
+  for (const std::string& p : paths) std::remove(p.c_str());
+}
+
 TEST(GgufModel, DamagedFilesAreErrorsNamingThem) {
   auto hf = load_model(std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/golden/tiny/hf");
   ASSERT_TRUE(hf.ok()) << hf.message();

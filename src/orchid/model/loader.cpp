@@ -5,6 +5,7 @@
 
 #include "orchid/model/gguf.h"
 #include "orchid/model/gguf_config.h"
+#include "orchid/model/gguf_split.h"
 #include "orchid/model/gguf_weights.h"
 #include "orchid/model/model.h"
 #include "orchid/model/quant.h"
@@ -329,12 +330,11 @@ Status load_layer(Loader& ld, const Model& m, const std::string& pre, int i, Lay
 namespace {
 
 Expected<std::unique_ptr<Model>> load_gguf_model(const std::string& path) {
-  auto file = MappedFile::open(path);
-  if (!file) return file.error();
+  auto parts = open_gguf(path);
+  if (!parts) return parts.error();
   auto m = std::make_unique<Model>();
-  m->gguf = std::make_unique<MappedFile>(std::move(*file));
-  auto f = parse_gguf(m->gguf->bytes(), path);
-  if (!f) return f.error();
+  m->gguf = std::move(parts->files);
+  const GgufFile* f = &parts->merged;
   auto cfg = gguf_config(*f, path);
   if (!cfg) return cfg.error();
   m->config = std::move(*cfg);

@@ -18,7 +18,7 @@ namespace orchid {
 enum class Layout {
   hf,   // Hugging Face original: model.language_model.* / model.*, lm_head.weight, raw norms
   mlx,  // MLX: language_model.model.*, switch_mlp experts, conv [C,K,1], norms stored as 1 + w
-  gguf,  // llama.cpp's single file: blk.N.*, metadata for config (model/gguf_weights.h)
+  gguf,  // llama.cpp's GGUF (one file or split): blk.N.*, metadata for config (model/gguf_weights.h)
 };
 
 struct LoadOptions {
@@ -31,7 +31,7 @@ struct Model {
   std::string dir;
   Weights weights;
   std::unique_ptr<Checkpoint> checkpoint;  // the mapped files the weights point into
-  std::unique_ptr<MappedFile> gguf;        // or the mapped GGUF file
+  std::vector<MappedFile> gguf;            // or the mapped GGUF file(s)
   std::deque<std::vector<uint8_t>> arena;  // buffers the loader made (quantized copies, ...)
 
   std::string layout_name() const {
@@ -39,7 +39,8 @@ struct Model {
   }
 };
 
-// Loads DIR (config.json + safetensors), or a FILE.gguf (config from its metadata). Every
+// Loads DIR (config.json + safetensors), or a FILE.gguf (config from its metadata; a split
+// model by its part 1, NAME-00001-of-0000N.gguf). Every
 // expected tensor is checked for presence, dtype and shape; errors name the tensor and file.
 // (LoadOptions::quantize_q4 applies to safetensors checkpoints: a GGUF keeps its own types.)
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& opts = {});
