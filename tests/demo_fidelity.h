@@ -33,14 +33,15 @@ inline std::string demo_model_dir() {
 }
 
 struct DemoReference {
-  double hf_fp32_perplexity = 0, hf_bf16_top1 = 0;
+  double hf_fp32_perplexity = 0, hf_bf16_top1 = 0, hf_bf16_mean_kl = 0;
 };
 
 inline DemoReference demo_reference() {
   const auto j = nlohmann::json::parse(demo_file_text(
       std::string(ORCHID_SOURCE_DIR) + "/tests/fixtures/orchid-demo/reference.json"));
   return {j.at("hf_fp32_perplexity").get<double>(),
-          j.at("hf_bf16_top1_agreement_vs_fp32").get<double>()};
+          j.at("hf_bf16_top1_agreement_vs_fp32").get<double>(),
+          j.at("hf_bf16_mean_kl_vs_fp32_nats").get<double>()};
 }
 
 // The backend's statistics over the held-out text, in forward calls of `window` tokens on one

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "orchid/backend/select_backend.h"
 #include "orchid/bench/serve_bench.h"
 #include "orchid/model/config.h"
 #include "orchid/runtime/sampler.h"
@@ -225,8 +226,8 @@ void add_bench(CLI::App& app, int& exit_code) {
         prefill_prof = *p;
       }
       return void(exit_code = bench_synthetic(args->what, args->synthetic, *lengths, decode_abl,
-                                              prefill_abl, prefill_prof, args->ablations,
-                                              batches, args->decode_tokens, args->out));
+                                              prefill_abl, prefill_prof, args->ablations, batches,
+                                              args->decode_tokens, args->out));
     }
     if (args->model.dir.empty()) return void(exit_code = fail("bench: -m DIR or --synthetic NAME"));
     auto lm = open_model(args->model);
@@ -261,20 +262,24 @@ void add_bench(CLI::App& app, int& exit_code) {
       std::printf("%8d %14.1f %14.1f\n", len, prefill_tps, decode_tps);
     }
     if (args->out.empty()) return;
-    nlohmann::json j = {{"what", "orchid bench " + args->what},
-                        {"commit", source_commit()},
-                        {"date", run_command("date -u +%Y-%m-%dT%H:%M:%SZ")},
-                        {"machine",
-                         {{"cpu", cpu_model()},
-                          {"hardware_threads", std::thread::hardware_concurrency()},
-                          {"threads_used", default_pool().size()}}},
-                        {"backend", be.name()},
-                        {"model", args->model.dir},
-                        {"layout", lm->model->layout_name()},
-                        {"flags", {{"quantize", args->model.quantize}}},
-                        {"decode_tokens_per_measurement", args->decode_tokens},
-                        {"prefill_tok_s", prefill},
-                        {"decode_tok_s_at_context", decode}};
+    auto cpu_opts = cpu_options(args->model.exact);
+    const std::string cpu_path = cpu_opts ? cpu_path_summary(*cpu_opts) : "";
+    nlohmann::json j = {
+        {"what", "orchid bench " + args->what},
+        {"commit", source_commit()},
+        {"date", run_command("date -u +%Y-%m-%dT%H:%M:%SZ")},
+        {"machine",
+         {{"cpu", cpu_model()},
+          {"hardware_threads", std::thread::hardware_concurrency()},
+          {"threads_used", default_pool().size()}}},
+        {"backend", be.name()},
+        {"backend_path", be.name() == "cpu" ? cpu_path : ""},
+        {"model", args->model.dir},
+        {"layout", lm->model->layout_name()},
+        {"flags", {{"quantize", args->model.quantize}, {"exact", args->model.exact}}},
+        {"decode_tokens_per_measurement", args->decode_tokens},
+        {"prefill_tok_s", prefill},
+        {"decode_tok_s_at_context", decode}};
     std::ofstream f(args->out);
     f << j.dump(2) << "\n";
     if (!f) return void(exit_code = fail("cannot write " + args->out));

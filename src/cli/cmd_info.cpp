@@ -1,9 +1,10 @@
-// `orchid info -m DIR|FILE.gguf`: what was loaded — layout, dimensions, storage of each tensor group
-// (bits, group size) and bytes.
+// `orchid info -m DIR|FILE.gguf`: what was loaded — layout, dimensions, storage of each tensor
+// group (bits, group size) and bytes.
 #include <cstdio>
 #include <map>
 
 #include "cli/commands.h"
+#include "orchid/backend/cpu/isa.h"
 
 namespace orchid::cli {
 namespace {
@@ -44,7 +45,8 @@ void add_info(CLI::App& app, int& exit_code) {
     else if (!m.gguf.empty()) {
       size_t bytes = 0;
       for (const MappedFile& f : m.gguf) bytes += f.size();
-      std::printf("file       GGUF, %zu part(s), %.2f MiB\n", m.gguf.size(), double(bytes) / (1 << 20));
+      std::printf("file       GGUF, %zu part(s), %.2f MiB\n", m.gguf.size(),
+                  double(bytes) / (1 << 20));
     }
     std::printf("vocab      %lld   hidden %d   layers %d (%d full attention, %d Gated DeltaNet)\n",
                 (long long)c.n_vocab, c.n_embd, c.n_layer, c.n_full_layers(),
@@ -55,6 +57,9 @@ void add_info(CLI::App& app, int& exit_code) {
                 c.lin_head_dim_k, c.lin_n_head_v, c.lin_head_dim_v, c.lin_conv_kernel);
     std::printf("moe        %d experts, top %d, ff %d, shared ff %d\n", c.n_expert, c.n_expert_used,
                 c.n_ff_exp, c.n_ff_shexp);
+
+    std::printf("cpu        %s; the cpu backend's fast path runs on it (--exact: the fp32 one)\n",
+                std::string(cpu::isa_name(cpu::detected_isa())).c_str());
 
     std::map<std::string, GroupStats> groups;
     const Weights& w = m.weights;

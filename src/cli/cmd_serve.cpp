@@ -75,6 +75,9 @@ void add_serve(CLI::App& app, int& exit_code) {
          "compute backend: auto (cuda when a GPU is usable), cpu, cuda, or scripted (tests)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda", "scripted"}))
       ->capture_default_str();
+  cmd->add_flag(
+      "--exact", o.exact,
+      "cpu backend: the exact fp32 path instead of the fast one (also ORCHID_CPU_EXACT=1)");
   cmd->add_option("--script", o.script, "scripted backend: JSON file {\"replies\": [\"...\"]}");
   cmd->add_option("--quantize", args->quantize, "quantize a bf16 checkpoint at load: q4")
       ->check(CLI::IsMember({"q4"}));

@@ -51,6 +51,7 @@ void add_synth(CLI::App& app, int& exit_code) {
   struct Args {
     std::string config, layout = "mlx4", out, tokenizer;
     uint64_t seed = 0;
+    int layers = 0;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("synth", "write a random checkpoint of a config");
@@ -60,6 +61,10 @@ void add_synth(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"hf", "mlx4"}));
   cmd->add_option("-o,--out", args->out, "output directory")->required();
   cmd->add_option("--seed", args->seed, "random seed");
+  cmd->add_option("--layers", args->layers,
+                  "keep only the first N layers (the config's layer pattern): a model of the "
+                  "real shapes small enough for a CPU benchmark")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--tokenizer", args->tokenizer,
                   "directory with a tokenizer.json: copied in, vocabulary sized to match");
   cmd->callback([args, &exit_code] {
@@ -79,6 +84,13 @@ void add_synth(CLI::App& app, int& exit_code) {
       cfg = *parsed;
       cfg.quant.reset();
       cfg.quant_overrides.clear();
+    }
+    if (args->layers > 0) {
+      if (args->layers > cfg.n_layer)
+        return void(exit_code = fail("--layers " + std::to_string(args->layers) +
+                                     ": the config has " + std::to_string(cfg.n_layer)));
+      cfg.n_layer = args->layers;
+      cfg.layer_types.resize(size_t(args->layers));
     }
     std::optional<Tokenizer> tok;
     if (!args->tokenizer.empty()) {

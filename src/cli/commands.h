@@ -47,6 +47,7 @@ struct ModelOptions {
   std::string dir;
   std::string quantize;  // "" or "q4"
   std::string backend = "auto";
+  bool exact = false;  // cpu backend: the exact fp32 path instead of the fast one
 };
 // `required`: -m must be given; else an empty dir means the built-in demo model.
 void add_model_options(CLI::App* cmd, ModelOptions& opts, bool required = true);

@@ -61,6 +61,9 @@ void add_model_options(CLI::App* cmd, ModelOptions& opts, bool required) {
   cmd->add_option("--backend", opts.backend,
                   "compute backend: auto (cuda when a GPU is usable), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_flag("--exact", opts.exact,
+                "cpu backend: the exact path (weights dequantized to fp32, fp32 products: the "
+                "reference) instead of the fast one (also ORCHID_CPU_EXACT=1)");
 }
 
 Expected<std::string> demo_model_dir() {
@@ -100,7 +103,7 @@ Expected<LoadedModel> open_model(const ModelOptions& opts) {
   LoadedModel out;
   out.model = std::move(*m);
   std::string note;
-  auto b = make_backend(opts.backend, *out.model, &note);
+  auto b = make_backend(opts.backend, *out.model, &note, opts.exact);
   if (!b) return b.error();
   if (!note.empty()) std::fprintf(stderr, "orchid: %s\n", note.c_str());
   out.backend = std::move(*b);

@@ -156,8 +156,8 @@ Expected<int> Server::start() {
     state_ = s.ok() ? LoadState::ready : LoadState::failed;
     cv_.notify_all();
     if (s.ok())
-      std::fprintf(stderr, "orchid: model %s loaded (%s backend, %.1f s)\n", model_name_.c_str(),
-                   backend_->name().c_str(),
+      std::fprintf(stderr, "orchid: model %s loaded (%s backend%s, %.1f s)\n", model_name_.c_str(),
+                   backend_->name().c_str(), backend_path_.c_str(),
                    std::chrono::duration<double>(Clock::now() - t0).count());
   });
   return port;
@@ -181,10 +181,12 @@ Status Server::load() {
     if (!m) return m.error();
     model_ = std::move(*m);
     std::string note;
-    auto b = make_backend(opts_.backend, *model_, &note);
+    auto b = make_backend(opts_.backend, *model_, &note, opts_.exact);
     if (!b) return b.error();
     if (!note.empty()) std::fprintf(stderr, "orchid: %s\n", note.c_str());
     backend_ = std::move(*b);
+    if (backend_->name() == "cpu")
+      if (auto o = cpu_options(opts_.exact)) backend_path_ = ", " + cpu_path_summary(*o);
   }
   if (backend_->n_vocab() < assets->tokenizer.vocab_size())
     return err(dir, ": the model's vocabulary (", backend_->n_vocab(),

@@ -38,8 +38,8 @@ namespace orchid::server {
 struct ServerOptions {
   std::string model_dir;
   std::string host = "127.0.0.1";
-  int port = 8080;        // 0: any free port (start() returns it)
-  std::string api_key;    // non-empty: every endpoint but /health needs "Authorization: Bearer KEY"
+  int port = 8080;      // 0: any free port (start() returns it)
+  std::string api_key;  // non-empty: every endpoint but /health needs "Authorization: Bearer KEY"
   // Most tokens (prompt + reply) a request may hold; 0: the largest the backend's memory holds,
   // up to the model's max_position_embeddings (at most 262,144), chosen at load.
   int64_t ctx = 0;
@@ -49,14 +49,15 @@ struct ServerOptions {
   // from their own.
   int parallel = 4;
   size_t max_body_bytes = 8 << 20;  // larger bodies: 413
-  int64_t state_cache_bytes = -1;  // −1: Backend::default_state_cache_bytes
+  int64_t state_cache_bytes = -1;   // −1: Backend::default_state_cache_bytes
   // The state cache's host tier: device snapshots evicted from state_cache_bytes move to host
   // memory while they fit this (GPU backends; 0: none).
   int64_t state_cache_host_bytes = int64_t(8192) << 20;
-  std::string backend = "auto";  // auto | cpu | cuda | scripted
-  std::string script;            // scripted: {"replies": [...]}
-  bool quantize_q4 = false;      // quantize a bf16 checkpoint at load
-  std::string model_name;        // the id GET /v1/models lists; "": the directory's name
+  std::string backend = "auto";           // auto | cpu | cuda | scripted
+  std::string script;                     // scripted: {"replies": [...]}
+  bool quantize_q4 = false;               // quantize a bf16 checkpoint at load
+  bool exact = false;                     // cpu backend: the exact path (make_backend)
+  std::string model_name;                 // the id GET /v1/models lists; "": the directory's name
   std::vector<std::string> cors_origins;  // browser origins allowed by CORS ("*": any)
   // Keeps a stream's body open this long after its last frame ([DONE]). A workaround for Node's
   // fetch (undici 6, under the openai npm client): a reader that goes on reading after
@@ -149,12 +150,13 @@ class Server {
   std::string load_error_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Backend> backend_;
+  std::string backend_path_;  // ", fast path on avx512_vnni" for the cpu backend's load line
   std::optional<Tokenizer> tok_;
   std::optional<ChatTemplate> template_;
   GenerationConfig gen_;
   std::vector<int32_t> stop_ids_;
   std::unique_ptr<grammar::TokenVocab> vocab_;  // for constrained sampling
-  std::unique_ptr<Engine> engine_;  // used only on the scheduler's thread
+  std::unique_ptr<Engine> engine_;              // used only on the scheduler's thread
   mutable std::mutex template_mu_;
 
   ServerMetrics metrics_;

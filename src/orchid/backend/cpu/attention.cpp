@@ -31,14 +31,13 @@ constexpr int64_t kKeyTile = 64;    // keys scored at once per query row
 
 }  // namespace
 
-void attention_forward(const ModelConfig& c, const AttentionWeights& w, CpuState& st, int layer,
-                       const float* x, int64_t T, int64_t pos0, float* out) {
+void attention_forward(const Matmul& mm, const ModelConfig& c, const AttentionWeights& w,
+                       CpuState& st, int layer, const float* x, int64_t T, int64_t pos0,
+                       float* out) {
   const int64_t H = c.n_embd, hd = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
   const int64_t group = nh / nkv;
   std::vector<float> qg(T * nh * 2 * hd), kk(T * nkv * hd), vv(T * nkv * hd);
-  matmul(w.q_proj, x, T, qg.data());
-  matmul(w.k_proj, x, T, kk.data());
-  matmul(w.v_proj, x, T, vv.data());
+  mm.many({{&w.q_proj, qg.data()}, {&w.k_proj, kk.data()}, {&w.v_proj, vv.data()}}, x, T);
 
   // Normalise + rotate q in place inside qg; k likewise, then append K/V to the cache.
   std::vector<float>& kc = st.k[size_t(layer)];
@@ -104,7 +103,7 @@ void attention_forward(const ModelConfig& c, const AttentionWeights& w, CpuState
       }
     }
   });
-  matmul(w.o_proj, o.data(), T, out);
+  mm(w.o_proj, o.data(), T, out);
   (void)H;
 }
 

@@ -43,7 +43,8 @@ constexpr int64_t kDefaultChunk = 256;  // tokens per prefill chunk: bounds scra
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Model& m, const CpuOptions& opts) : m_(m), c_(m.config), opts_(opts) {}
+  CpuBackend(const Model& m, const CpuOptions& opts)
+      : m_(m), c_(m.config), opts_(opts), mm_{opts.fast, opts.isa} {}
 
   std::string name() const override { return "cpu"; }
   int64_t n_vocab() const override { return c_.n_vocab; }
@@ -159,14 +160,14 @@ class CpuBackend final : public Backend {
       for (int64_t t = 0; t < T; ++t)
         cpu::rms_norm(x.data() + t * H, L.attn_norm.data(), c_.rms_norm_eps, H, a.data() + t * H);
       if (c_.layer_types[size_t(l)] == LayerKind::full_attention)
-        attention_forward(c_, L.attn, st, l, a.data(), T, st.n_past_, m.data());
+        attention_forward(mm_, c_, L.attn, st, l, a.data(), T, st.n_past_, m.data());
       else
-        delta_net_forward(c_, L.gdn, st, l, a.data(), T, m.data());
+        delta_net_forward(mm_, c_, L.gdn, st, l, a.data(), T, m.data());
       for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += m[size_t(i)];
       for (int64_t t = 0; t < T; ++t)
         cpu::rms_norm(x.data() + t * H, L.post_attn_norm.data(), c_.rms_norm_eps, H,
                       a.data() + t * H);
-      moe_forward(c_, L.moe, a.data(), T, m.data());
+      moe_forward(mm_, c_, L.moe, a.data(), T, m.data());
       for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += m[size_t(i)];
     }
     st.n_past_ += T;
@@ -175,13 +176,14 @@ class CpuBackend final : public Backend {
     for (int64_t t = first_row; t < T; ++t)
       cpu::rms_norm(x.data() + t * H, w.output_norm.data(), c_.rms_norm_eps, H,
                     a.data() + (t - first_row) * H);
-    matmul(w.output, a.data(), rows, dst);
+    mm_(w.output, a.data(), rows, dst);
     return true;
   }
 
   const Model& m_;
   const ModelConfig& c_;
   const CpuOptions opts_;
+  const Matmul mm_;
 };
 
 }  // namespace
@@ -189,6 +191,13 @@ class CpuBackend final : public Backend {
 
 Expected<CpuOptions> cpu_options_from_env() {
   CpuOptions o;
+  auto isa = cpu::isa_from_env();
+  if (!isa) return isa.error();
+  o.isa = *isa;
+  const char* exact = std::getenv("ORCHID_CPU_EXACT");
+  if (exact && std::string_view(exact) != "0" && std::string_view(exact) != "1")
+    return err("ORCHID_CPU_EXACT: expected 0 or 1, got '", exact, "'");
+  o.fast = !(exact && std::string_view(exact) == "1");
   const char* v = std::getenv("ORCHID_CPU_KV");
   if (!v || std::string_view(v) == "fp32") return o;
   if (std::string_view(v) != "bf16")

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "orchid/backend/backend.h"
+#include "orchid/backend/cpu/isa.h"
 #include "orchid/model/model.h"
 
 namespace orchid {
@@ -16,8 +17,15 @@ struct CpuOptions {
   // bf16: K and V are rounded to bf16 (nearest even) as they enter the cache and stay stored as
   // fp32, which emulates the CUDA cache's precision on the reference path; memory is unchanged.
   KvPrecision kv = KvPrecision::fp32;
+  // false: the exact path (weights dequantized to fp32, fp32 dots: matches HF fp32 to ~1e-5).
+  // true: quantized matrices multiply int8 activations with their stored codes on `isa`
+  // (backend/cpu/qmatmul.h), judged by the fidelity contract (docs/fidelity.md).
+  bool fast = false;
+  cpu::CpuIsa isa = cpu::CpuIsa::scalar;
 };
 
+// The product's choice: the fast path on the detected ISA, unless ORCHID_CPU_EXACT=1 (or the
+// CLI's --exact) asks for the exact one. ORCHID_CPU_ISA lowers the ISA (isa.h).
 // ORCHID_CPU_KV: unset or "fp32" → fp32, "bf16" → bf16; any other value is an error.
 Expected<CpuOptions> cpu_options_from_env();
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "orchid/backend/backend.h"
+#include "orchid/backend/cpu/ops.h"
 #include "orchid/model/model.h"
 
 namespace orchid::cpu {
@@ -35,14 +36,16 @@ struct CpuSnapshot final : StateSnapshot {
 
 // Gated attention over tokens at positions [pos0, pos0 + T): writes their K/V into the
 // state and out [T, n_embd].
-void attention_forward(const ModelConfig& c, const AttentionWeights& w, CpuState& st, int layer,
-                       const float* x, int64_t T, int64_t pos0, float* out);
+void attention_forward(const Matmul& mm, const ModelConfig& c, const AttentionWeights& w,
+                       CpuState& st, int layer, const float* x, int64_t T, int64_t pos0,
+                       float* out);
 
 // Gated DeltaNet over T tokens, advancing the conv and recurrent state; out [T, n_embd].
-void delta_net_forward(const ModelConfig& c, const DeltaNetWeights& w, CpuState& st, int layer,
-                       const float* x, int64_t T, float* out);
+void delta_net_forward(const Matmul& mm, const ModelConfig& c, const DeltaNetWeights& w,
+                       CpuState& st, int layer, const float* x, int64_t T, float* out);
 
 // Sparse MoE with the shared expert; out [T, n_embd].
-void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t T, float* out);
+void moe_forward(const Matmul& mm, const ModelConfig& c, const MoeWeights& w, const float* x,
+                 int64_t T, float* out);
 
 }  // namespace orchid::cpu

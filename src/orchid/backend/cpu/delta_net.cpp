@@ -21,17 +21,18 @@ void l2_normalize(float* x, int64_t n) {
 
 }  // namespace
 
-void delta_net_forward(const ModelConfig& c, const DeltaNetWeights& w, CpuState& st, int layer,
-                       const float* x, int64_t T, float* out) {
+void delta_net_forward(const Matmul& mm, const ModelConfig& c, const DeltaNetWeights& w,
+                       CpuState& st, int layer, const float* x, int64_t T, float* out) {
   const int64_t C = c.lin_conv_dim(), K = c.lin_conv_kernel;
   const int64_t hk = c.lin_n_head_k, hv = c.lin_n_head_v;
   const int64_t dk = c.lin_head_dim_k, dv = c.lin_head_dim_v;
   const int64_t kd = c.lin_key_dim(), vd = c.lin_value_dim();
   std::vector<float> qkv(T * C), z(T * vd), b(T * hv), a(T * hv);
-  matmul(w.in_proj_qkv, x, T, qkv.data());
-  matmul(w.in_proj_z, x, T, z.data());
-  matmul(w.in_proj_b, x, T, b.data());
-  matmul(w.in_proj_a, x, T, a.data());
+  mm.many({{&w.in_proj_qkv, qkv.data()},
+           {&w.in_proj_z, z.data()},
+           {&w.in_proj_b, b.data()},
+           {&w.in_proj_a, a.data()}},
+          x, T);
 
   // Causal depthwise conv over [state (K-1 raw inputs) | this chunk], then SiLU, in place.
   std::vector<float>& conv_state = st.conv[size_t(layer)];  // [C, K-1]
@@ -105,7 +106,7 @@ void delta_net_forward(const ModelConfig& c, const DeltaNetWeights& w, CpuState&
       }
     }
   });
-  matmul(w.out_proj, o.data(), T, out);
+  mm(w.out_proj, o.data(), T, out);
 }
 
 }  // namespace orchid::cpu

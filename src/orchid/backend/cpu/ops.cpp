@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "orchid/backend/cpu/qmatmul.h"
 #include "orchid/util/thread_pool.h"
 
 namespace orchid::cpu {
@@ -57,6 +58,23 @@ void matmul(const QuantMatrix& W, const float* X, int64_t n_rows_x, float* Y) {
       }
     }
   });
+}
+
+void Matmul::operator()(const QuantMatrix& W, const float* X, int64_t n, float* Y) const {
+  many({{&W, Y}}, X, n);
+}
+
+void Matmul::many(std::initializer_list<Out> outs, const float* X, int64_t n) const {
+  thread_local QuantizedActs acts;
+  bool quantized = false;
+  for (const Out& o : outs) {
+    if (!fast || !qmm_supported(*o.W)) {
+      matmul(*o.W, X, n, o.Y);
+      continue;
+    }
+    if (!quantized) acts.quantize(X, n, o.W->cols), quantized = true;
+    qmm(*o.W, acts, o.Y, isa);
+  }
 }
 
 void rms_norm(const float* x, const float* scale, float eps, int64_t n, float* y) {

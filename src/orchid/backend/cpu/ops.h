@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
+#include "orchid/backend/cpu/isa.h"
 #include "orchid/model/weights.h"
 
 namespace orchid::cpu {
@@ -14,6 +16,23 @@ float dot(const float* a, const float* b, int64_t n);
 // Y[t, r] = Σ_c X[t, c] · W[r, c] for t < n_rows_x.  X: [n_rows_x, W.cols], Y: [n_rows_x, W.rows].
 // Multi-threaded over the rows of W; each weight row is dequantized once per call.
 void matmul(const QuantMatrix& W, const float* X, int64_t n_rows_x, float* Y);
+
+// How the backend's layers multiply: exact (the reference: weights dequantized to fp32, fp32
+// dots) or fast (qmatmul.h: int8 activations times the stored codes, on `isa`; matrices the
+// fast kernels do not take run exact).
+struct Matmul {
+  bool fast = false;
+  CpuIsa isa = CpuIsa::scalar;
+
+  // Y = X · Wᵀ, X [n, W.cols], Y [n, W.rows].
+  void operator()(const QuantMatrix& W, const float* X, int64_t n, float* Y) const;
+  // Several matrices of one input (quantized once on the fast path).
+  struct Out {
+    const QuantMatrix* W;
+    float* Y;
+  };
+  void many(std::initializer_list<Out> outs, const float* X, int64_t n) const;
+};
 
 // y = x / sqrt(mean(x²) + eps) * scale over rows of n; in place allowed.
 void rms_norm(const float* x, const float* scale, float eps, int64_t n, float* y);

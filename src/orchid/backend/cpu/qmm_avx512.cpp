@@ -1,0 +1,133 @@
+// The fast matmul on AVX-512 VNNI: a block of 64 codes widens to two vectors of 32 int16 (the
+// even and the odd columns), vpdpwssd multiplies each with the int16 activations of the same
+// columns, summing into 16 int32 lanes (lane l: columns 4l .. 4l + 3); each lane is scaled once
+// per block (weight scale x activation scale) into an fp32 accumulator. Decode (one activation
+// row) streams the codes once; prefill widens a row's codes and lane scales once and runs four
+// activation rows against them at a time. Compiled with -mavx512{f,bw,vl,dq,vnni}
+// (CMakeLists.txt); only called when the CPU has them (isa.h).
+#include <immintrin.h>
+
+#include "orchid/backend/cpu/qmm_kernels.h"
+
+namespace orchid::cpu {
+namespace {
+
+// The group (relative to the block's first) of each int32 lane's columns 4l .. 4l + 3; groups
+// of 16 or 32 never split a lane.
+__m512i lane_groups(int group) {
+  alignas(64) int32_t idx[16];
+  for (int l = 0; l < 16; ++l) idx[l] = group < 64 ? 4 * l / group : 0;
+  return _mm512_load_si512(idx);
+}
+
+struct Block {
+  __m512i even, odd;  // 32 int16 codes each
+};
+
+// Block k's codes, widened.
+inline Block block_codes(const uint8_t* row, int bits, int64_t k) {
+  if (bits == 8) {
+    const __m512i w = _mm512_loadu_si512(row + 64 * k);  // 32 words: even | odd << 8
+    return {_mm512_and_si512(w, _mm512_set1_epi16(0xFF)), _mm512_srli_epi16(w, 8)};
+  }
+  const __m512i w = _mm512_cvtepu8_epi16(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * k)));  // even | odd << 4
+  const __m512i m = _mm512_set1_epi16(0x0F);
+  return {_mm512_and_si512(w, m), _mm512_and_si512(_mm512_srli_epi16(w, 4), m)};
+}
+
+// Block k's lane scales times the activation scale dk. s is padded by 16.
+inline __m512 block_scales(const float* s, int group, __m512i idx, int64_t k, float dk) {
+  if (group >= 64) return _mm512_set1_ps(s[64 * k / group] * dk);
+  return _mm512_mul_ps(_mm512_permutexvar_ps(idx, _mm512_loadu_ps(s + 64 * k / group)),
+                       _mm512_set1_ps(dk));
+}
+
+inline __m512 dot_block(const Block& c, const int16_t* q) {
+  const __m512i acc = _mm512_dpwssd_epi32(_mm512_setzero_si512(), c.even, _mm512_loadu_si512(q));
+  return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(acc, c.odd, _mm512_loadu_si512(q + 32)));
+}
+
+inline float bias_dot(const float* b, const float* xs, int64_t ng) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= ng; i += 16)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(b + i), _mm512_loadu_ps(xs + i), acc);
+  if (i < ng) {
+    const __mmask16 m = __mmask16((1u << (ng - i)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, b + i), _mm512_maskz_loadu_ps(m, xs + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+// One activation row: codes streamed once, two accumulators to hide the FMA latency.
+void rows_one_token(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r1, float* Y) {
+  const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group;
+  const __m512i idx = lane_groups(W.group);
+  float s[kQmmMaxGroups + 16] = {}, b[kQmmMaxGroups + 16];
+  for (int64_t r = r0; r < r1; ++r) {
+    qmm_row_params(W, r, s, b);
+    const uint8_t* row = W.codes + r * cols * W.bits / 8;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 2 <= nk; k += 2) {
+      acc0 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k), X.q + 64 * k),
+                             block_scales(s, W.group, idx, k, X.d[k]), acc0);
+      acc1 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k + 1), X.q + 64 * (k + 1)),
+                             block_scales(s, W.group, idx, k + 1, X.d[k + 1]), acc1);
+    }
+    if (k < nk)
+      acc0 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k), X.q + 64 * k),
+                             block_scales(s, W.group, idx, k, X.d[k]), acc0);
+    Y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + bias_dot(b, X.xsum, ng);
+  }
+}
+
+// TB activation rows t0 .. t0 + TB - 1 against one row's widened codes and lane scales.
+template <int TB>
+void row_tokens(const QmmWeights& W, const QmmActs& X, const Block* codes, const float* lanes,
+                const float* b, int64_t r, int64_t t0, float* Y, int64_t ldy) {
+  const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group;
+  __m512 acc[TB];
+  for (int j = 0; j < TB; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < nk; ++k) {
+    const __m512 sc = _mm512_load_ps(lanes + 16 * k);
+    for (int j = 0; j < TB; ++j) {
+      const int64_t t = t0 + j;
+      acc[j] = _mm512_fmadd_ps(dot_block(codes[k], X.q + t * cols + 64 * k),
+                               _mm512_mul_ps(sc, _mm512_set1_ps(X.d[t * nk + k])), acc[j]);
+    }
+  }
+  for (int j = 0; j < TB; ++j)
+    Y[(t0 + j) * ldy + r] = _mm512_reduce_add_ps(acc[j]) + bias_dot(b, X.xsum + (t0 + j) * ng, ng);
+}
+
+void rows_many_tokens(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r1, float* Y,
+                      int64_t ldy) {
+  const int64_t cols = W.cols, nk = cols / 64;
+  const __m512i idx = lane_groups(W.group);
+  float s[kQmmMaxGroups + 16] = {}, b[kQmmMaxGroups + 16];
+  Block codes[kQmmMaxGroups / 4];              // a block per 64 columns (groups >= 16)
+  alignas(64) float lanes[kQmmMaxGroups * 4];  // 16 per block
+  for (int64_t r = r0; r < r1; ++r) {
+    qmm_row_params(W, r, s, b);
+    const uint8_t* row = W.codes + r * cols * W.bits / 8;
+    for (int64_t k = 0; k < nk; ++k) {
+      codes[k] = block_codes(row, W.bits, k);
+      _mm512_store_ps(lanes + 16 * k, block_scales(s, W.group, idx, k, 1.f));
+    }
+    int64_t t = 0;
+    for (; t + 4 <= X.n; t += 4) row_tokens<4>(W, X, codes, lanes, b, r, t, Y, ldy);
+    for (; t < X.n; ++t) row_tokens<1>(W, X, codes, lanes, b, r, t, Y, ldy);
+  }
+}
+
+}  // namespace
+
+void qmm_avx512(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r1, float* Y,
+                int64_t ldy) {
+  if (X.n == 1) return rows_one_token(W, X, r0, r1, Y);
+  rows_many_tokens(W, X, r0, r1, Y, ldy);
+}
+
+}  // namespace orchid::cpu
