@@ -16,6 +16,7 @@ void add_logits(CLI::App& app, int& exit_code);
 void add_eval(CLI::App& app, int& exit_code);
 void add_generate(CLI::App& app, int& exit_code);
 void add_synth(CLI::App& app, int& exit_code);
+void add_convert(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);
 void add_tokenize(CLI::App& app, int& exit_code);
 void add_template(CLI::App& app, int& exit_code);

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   orchid::cli::add_eval(app, exit_code);
   orchid::cli::add_generate(app, exit_code);
   orchid::cli::add_synth(app, exit_code);
+  orchid::cli::add_convert(app, exit_code);
   orchid::cli::add_bench(app, exit_code);
   orchid::cli::add_tokenize(app, exit_code);
   orchid::cli::add_template(app, exit_code);

@@ -228,3 +228,35 @@ TEST(Cli, SynthIsDeterministicInTheSeed) {
 
 }  // namespace
 }  // namespace orchid
+
+namespace orchid {
+namespace {
+
+// `orchid convert` writes the demo model as llama.cpp's converter would (F32: exactly the same
+// numbers; Q8_0: re-quantized), with its tokenizer and template: the exact path then generates
+// the directory's greedy tokens from the F32 file, and a chat prompt runs from either file alone.
+TEST(Cli, ConvertWritesAGgufOrchidRunsAlone) {
+  ScratchDir d;
+  const std::string demo = std::string(ORCHID_SOURCE_DIR) + "/models/orchid-demo";
+  const std::string f32 = d / "demo-f32.gguf", q8 = d / "demo-q8_0.gguf";
+  expect_success(run_orchid("convert -m " + shell_quote(demo) + " -o " + shell_quote(f32) + " --type f32"));
+  expect_success(run_orchid("convert -m " + shell_quote(demo) + " -o " + shell_quote(q8) +
+                            " --type q8_0 --router q8_0"));
+  const std::string gen = " --tokens 5,17,300,41 -n 12 --greedy --json --exact";
+  auto a = run_orchid("generate -m " + shell_quote(demo) + gen);
+  auto b = run_orchid("generate -m " + shell_quote(f32) + gen);
+  expect_success(a);
+  expect_success(b);
+  EXPECT_EQ(json_tokens(a.output), json_tokens(b.output));
+  EXPECT_EQ(json_tokens(a.output).size(), 12u);
+  auto r = run_orchid("run -m " + shell_quote(q8) + " --prompt 'What is the capital of France?' -n 8");
+  expect_success(r);
+  EXPECT_FALSE(r.output.empty());
+  auto bad = run_orchid("convert -m " + shell_quote(demo) + " -o " + shell_quote(d / "x.gguf") +
+                        " --tokenizer " + shell_quote(d.str()));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("no tokenizer.json"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace orchid

@@ -48,6 +48,30 @@ inline __m512 dot_block(const Block& c, const int16_t* q) {
   return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(acc, c.odd, _mm512_loadu_si512(q + 32)));
 }
 
+// Row r's scales and biases as fp32 (qmm_row_params, 16 at a time: a row of 2,048 columns has
+// 32 groups of 64, and converting them one by one cost as much as the row's dot product).
+void row_params(const QmmWeights& W, int64_t r, float* s, float* b) {
+  const int64_t ng = W.cols / W.group;
+  if (W.scale_type == ScaleType::f32) {
+    for (int64_t g = 0; g < ng; ++g)
+      s[g] = static_cast<const float*>(W.scales)[r * ng + g],
+      b[g] = static_cast<const float*>(W.biases)[r * ng + g];
+    return;
+  }
+  const bool bf16 = W.scale_type == ScaleType::bf16;
+  for (int i = 0; i < 2; ++i) {
+    const uint16_t* src = static_cast<const uint16_t*>(i == 0 ? W.scales : W.biases) + r * ng;
+    float* dst = i == 0 ? s : b;
+    for (int64_t g = 0; g < ng; g += 16) {
+      const __mmask16 m = ng - g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (ng - g)) - 1);
+      const __m256i h = _mm256_maskz_loadu_epi16(m, src + g);
+      const __m512 f = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                            : _mm512_cvtph_ps(h);
+      _mm512_mask_storeu_ps(dst + g, m, f);
+    }
+  }
+}
+
 inline float bias_dot(const float* b, const float* xs, int64_t ng) {
   __m512 acc = _mm512_setzero_ps();
   int64_t i = 0;
@@ -60,25 +84,43 @@ inline float bias_dot(const float* b, const float* xs, int64_t ng) {
   return _mm512_reduce_add_ps(acc);
 }
 
-// One activation row: codes streamed once, two accumulators to hide the FMA latency.
+// One activation row: codes streamed once, two accumulators to hide the FMA latency. For
+// groups of 64 columns or more, sd[k] = weight scale x activation scale of block k is formed 16
+// blocks at a time and each block's FMA takes it as a broadcast operand.
 void rows_one_token(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r1, float* Y) {
   const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group;
   const __m512i idx = lane_groups(W.group);
-  float s[kQmmMaxGroups + 16] = {}, b[kQmmMaxGroups + 16];
+  alignas(64) float s[kQmmMaxGroups + 16] = {}, b[kQmmMaxGroups + 16], sd[kQmmMaxCols / 64];
   for (int64_t r = r0; r < r1; ++r) {
-    qmm_row_params(W, r, s, b);
+    row_params(W, r, s, b);
     const uint8_t* row = W.codes + r * cols * W.bits / 8;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 2 <= nk; k += 2) {
-      acc0 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k), X.q + 64 * k),
-                             block_scales(s, W.group, idx, k, X.d[k]), acc0);
-      acc1 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k + 1), X.q + 64 * (k + 1)),
-                             block_scales(s, W.group, idx, k + 1, X.d[k + 1]), acc1);
+    if (W.group >= 64) {
+      if (W.group == 64) {
+        for (int64_t k = 0; k < nk; k += 16) {
+          const __mmask16 m = nk - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (nk - k)) - 1);
+          _mm512_mask_storeu_ps(
+              sd + k, m,
+              _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + k), _mm512_maskz_loadu_ps(m, X.d + k)));
+        }
+      } else {
+        for (int64_t k = 0; k < nk; ++k) sd[k] = s[64 * k / W.group] * X.d[k];
+      }
+      int64_t k = 0;
+      for (; k + 2 <= nk; k += 2) {
+        acc0 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k), X.q + 64 * k),
+                               _mm512_set1_ps(sd[k]), acc0);
+        acc1 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k + 1), X.q + 64 * (k + 1)),
+                               _mm512_set1_ps(sd[k + 1]), acc1);
+      }
+      if (k < nk)
+        acc0 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k), X.q + 64 * k),
+                               _mm512_set1_ps(sd[k]), acc0);
+    } else {
+      for (int64_t k = 0; k < nk; ++k)
+        acc0 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k), X.q + 64 * k),
+                               block_scales(s, W.group, idx, k, X.d[k]), acc0);
     }
-    if (k < nk)
-      acc0 = _mm512_fmadd_ps(dot_block(block_codes(row, W.bits, k), X.q + 64 * k),
-                             block_scales(s, W.group, idx, k, X.d[k]), acc0);
     Y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + bias_dot(b, X.xsum, ng);
   }
 }
@@ -110,7 +152,7 @@ void rows_many_tokens(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t
   Block codes[kQmmMaxGroups / 4];              // a block per 64 columns (groups >= 16)
   alignas(64) float lanes[kQmmMaxGroups * 4];  // 16 per block
   for (int64_t r = r0; r < r1; ++r) {
-    qmm_row_params(W, r, s, b);
+    row_params(W, r, s, b);
     const uint8_t* row = W.codes + r * cols * W.bits / 8;
     for (int64_t k = 0; k < nk; ++k) {
       codes[k] = block_codes(row, W.bits, k);
