@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "orchid/backend/select_backend.h"
+#include "orchid/bench/cpu_roofline.h"
 #include "orchid/bench/serve_bench.h"
 #include "orchid/model/config.h"
 #include "orchid/runtime/sampler.h"
@@ -262,6 +263,21 @@ void add_bench(CLI::App& app, int& exit_code) {
       std::printf("%8d %14.1f %14.1f\n", len, prefill_tps, decode_tps);
     }
     if (args->out.empty()) return;
+    nlohmann::json roofline;
+    if (be.name() == "cpu") {
+      // Decode reads its weights once a token: GB/s against what this machine's threads read.
+      const double bw = measure_read_bandwidth_gbs();
+      const int64_t bytes = decode_weight_bytes(*lm->model);
+      nlohmann::json gbs = nlohmann::json::object(), pct = nlohmann::json::object();
+      for (const auto& [len, tps] : decode.items()) {
+        gbs[len] = tps.get<double>() * double(bytes) / 1e9;
+        pct[len] = 100.0 * gbs[len].get<double>() / bw;
+      }
+      roofline = {{"read_bandwidth_gb_s", bw},
+                  {"decode_weight_bytes_per_token", bytes},
+                  {"decode_gb_s_at_context", gbs},
+                  {"decode_pct_of_read_bandwidth", pct}};
+    }
     auto cpu_opts = cpu_options(args->model.exact);
     const std::string cpu_path = cpu_opts ? cpu_path_summary(*cpu_opts) : "";
     nlohmann::json j = {
@@ -280,6 +296,7 @@ void add_bench(CLI::App& app, int& exit_code) {
         {"decode_tokens_per_measurement", args->decode_tokens},
         {"prefill_tok_s", prefill},
         {"decode_tok_s_at_context", decode}};
+    if (!roofline.is_null()) j["cpu_roofline"] = roofline;
     std::ofstream f(args->out);
     f << j.dump(2) << "\n";
     if (!f) return void(exit_code = fail("cannot write " + args->out));

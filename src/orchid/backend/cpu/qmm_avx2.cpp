@@ -82,7 +82,8 @@ void qmm_avx2(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r1, flo
               int64_t ldy) {
   const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group;
   const __m256i idx[2] = {lane_groups(W.group, 0), lane_groups(W.group, 1)};
-  float s[kQmmMaxGroups + 8] = {}, b[kQmmMaxGroups + 8];
+  float s[kQmmMaxGroups + 8], b[kQmmMaxGroups + 8];
+  for (int i = 0; i < 8; ++i) s[ng + i] = 0.f;  // lane_scales reads 8 from a block's first
   for (int64_t r = r0; r < r1; ++r) {
     qmm_row_params(W, r, s, b);
     const uint8_t* row = W.codes + r * cols * W.bits / 8;
