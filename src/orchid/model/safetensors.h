@@ -61,6 +61,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // nullptr when absent.
   const TensorInfo* find(std::string_view name) const;
+  // The whole mapped file.
+  std::span<const uint8_t> bytes() const { return file_.bytes(); }
 
  private:
   MappedFile file_;
@@ -88,6 +90,12 @@ class Checkpoint {
   uint64_t total_bytes() const { return total_bytes_; }
   const std::string& dir() const { return dir_; }
   size_t shard_count() const { return shards_.size(); }
+  // Each shard's mapped bytes.
+  std::vector<std::span<const uint8_t>> mapped_bytes() const {
+    std::vector<std::span<const uint8_t>> out;
+    for (const auto& s : shards_) out.push_back(s->bytes());
+    return out;
+  }
 
  private:
   Status add_shard(std::unique_ptr<SafetensorsFile> shard);

@@ -12,6 +12,7 @@
 
 #include "orchid/backend/cpu/cpu_layers.h"
 #include "orchid/backend/cpu/ops.h"
+#include "orchid/backend/cpu/weight_copy.h"
 
 namespace orchid {
 namespace cpu {
@@ -44,7 +45,9 @@ constexpr int64_t kDefaultChunk = 256;  // tokens per prefill chunk: bounds scra
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Model& m, const CpuOptions& opts)
-      : m_(m), c_(m.config), opts_(opts), mm_{opts.fast, opts.isa} {}
+      : m_(m), c_(m.config), opts_(opts), mm_{opts.fast, opts.isa} {
+    if (hugepage_copy_enabled()) copy_ = WeightCopy::make(m);
+  }
 
   std::string name() const override { return "cpu"; }
   int64_t n_vocab() const override { return c_.n_vocab; }
@@ -151,7 +154,7 @@ class CpuBackend final : public Backend {
   bool run_chunk(CpuState& st, std::span<const int32_t> tokens, int64_t first_row, float* dst,
                  const CancelCheck& cancel) {
     const int64_t T = int64_t(tokens.size()), H = c_.n_embd;
-    const Weights& w = m_.weights;
+    const Weights& w = copy_ ? copy_->weights() : m_.weights;
     std::vector<float> x(T * H), a(T * H), m(T * H);
     for (int64_t t = 0; t < T; ++t) w.tok_embd.dequant_row(tokens[size_t(t)], x.data() + t * H);
     for (int l = 0; l < c_.n_layer; ++l) {
@@ -184,6 +187,7 @@ class CpuBackend final : public Backend {
   const ModelConfig& c_;
   const CpuOptions opts_;
   const Matmul mm_;
+  std::unique_ptr<WeightCopy> copy_;  // the matrices in 2 MiB pages (null: m_.weights)
 };
 
 }  // namespace
