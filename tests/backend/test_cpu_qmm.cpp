@@ -95,6 +95,47 @@ std::vector<CpuIsa> runnable_simd() {
   return out;
 }
 
+// One shape: the scalar kernel within the rounding bound of the exact product, each SIMD path
+// within 1e-5 of the scalar one.
+void check_shape(std::mt19937& rng, int bits, int group, ScaleType st, int64_t n, int64_t cols,
+                 int64_t rows) {
+  const RandomMatrix m = random_matrix(rng, rows, cols, bits, group, st);
+  const std::vector<float> x = random_acts(rng, n, cols);
+  QuantizedActs acts;
+  acts.quantize(x.data(), n, cols);
+  const QmmActs a = acts.view(group);
+  const QmmWeights w = m.view();
+
+  std::vector<float> ref(size_t(n * rows)), exact(size_t(n * rows));
+  std::vector<double> bound(size_t(n * rows));
+  qmm_scalar(w, a, 0, rows, ref.data(), rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> wr = m.row(r);
+    for (int64_t t = 0; t < n; ++t) {
+      double s = 0, rounding = 0, magnitude = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double wx = double(wr[size_t(c)]) * x[size_t(t * cols + c)];
+        s += wx, magnitude += std::fabs(wx);
+        rounding += std::fabs(wr[size_t(c)]) * a.d[t * (cols / 64) + c / 64] / 2;
+      }
+      exact[size_t(t * rows + r)] = float(s);
+      bound[size_t(t * rows + r)] = rounding * (1 + 1e-4) + 1e-5 * magnitude;
+    }
+  }
+  const std::string what = "bits " + std::to_string(bits) + " group " + std::to_string(group) +
+                           " scales " + std::to_string(int(st)) + " n " + std::to_string(n) +
+                           " cols " + std::to_string(cols);
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_LE(std::fabs(double(ref[i]) - exact[i]), bound[i]) << what << ", output " << i;
+  for (CpuIsa isa : runnable_simd()) {
+    std::vector<float> y(size_t(n * rows), NAN);
+    // Two calls over a split of the rows, as the thread pool hands them out.
+    qmm_kernel(isa)(w, a, 0, 16, y.data(), rows);
+    qmm_kernel(isa)(w, a, 16, rows, y.data(), rows);
+    EXPECT_LE(rel_l2(y, ref), 1e-5) << isa_name(isa) << ", " << what;
+  }
+}
+
 TEST(CpuQmm, KernelsMatchTheScalarArithmeticAndTheExactProduct) {
   std::mt19937 rng(20261204);
   int cases = 0;
@@ -103,48 +144,22 @@ TEST(CpuQmm, KernelsMatchTheScalarArithmeticAndTheExactProduct) {
       for (ScaleType st : {ScaleType::f32, ScaleType::bf16, ScaleType::f16})
         for (int64_t n : {1, 3, 6}) {
           const int64_t cols = group == 128 ? 256 : (n == 3 ? 320 : 64 * (1 + cases % 3));
-          const int64_t rows = 37;
-          const RandomMatrix m = random_matrix(rng, rows, cols, bits, group, st);
-          const std::vector<float> x = random_acts(rng, n, cols);
-          QuantizedActs acts;
-          acts.quantize(x.data(), n, cols);
-          const QmmActs a = acts.view(group);
-          const QmmWeights w = m.view();
-
-          std::vector<float> ref(size_t(n * rows)), exact(size_t(n * rows));
-          std::vector<double> bound(size_t(n * rows));
-          qmm_scalar(w, a, 0, rows, ref.data(), rows);
-          for (int64_t r = 0; r < rows; ++r) {
-            const std::vector<float> wr = m.row(r);
-            for (int64_t t = 0; t < n; ++t) {
-              double s = 0, rounding = 0, magnitude = 0;
-              for (int64_t c = 0; c < cols; ++c) {
-                const double wx = double(wr[size_t(c)]) * x[size_t(t * cols + c)];
-                s += wx, magnitude += std::fabs(wx);
-                rounding += std::fabs(wr[size_t(c)]) * a.d[t * (cols / 64) + c / 64] / 2;
-              }
-              exact[size_t(t * rows + r)] = float(s);
-              bound[size_t(t * rows + r)] = rounding * (1 + 1e-4) + 1e-5 * magnitude;
-            }
-          }
-          const std::string what = "bits " + std::to_string(bits) + " group " +
-                                   std::to_string(group) + " scales " + std::to_string(int(st)) +
-                                   " n " + std::to_string(n) + " cols " + std::to_string(cols);
-          for (size_t i = 0; i < ref.size(); ++i)
-            ASSERT_LE(std::fabs(double(ref[i]) - exact[i]), bound[i]) << what << ", output " << i;
-          for (CpuIsa isa : runnable_simd()) {
-            std::vector<float> y(size_t(n * rows), NAN);
-            // Two calls over a split of the rows, as the thread pool hands them out.
-            qmm_kernel(isa)(w, a, 0, 16, y.data(), rows);
-            qmm_kernel(isa)(w, a, 16, rows, y.data(), rows);
-            EXPECT_LE(rel_l2(y, ref), 1e-5) << isa_name(isa) << ", " << what;
-          }
+          check_shape(rng, bits, group, st, n, cols, 37);
           ++cases;
         }
   EXPECT_EQ(cases, 72);
   std::printf("[ qmm ] %d shapes; SIMD paths run here:", cases);
   for (CpuIsa isa : runnable_simd()) std::printf(" %s", std::string(isa_name(isa)).c_str());
   std::printf("\n");
+}
+
+// Rows past 1,024 columns take the decode kernels' long-row forms (the AVX-512 nibble planes for
+// 4-bit codes), rows up to it the short-row forms: both, for one and several activation rows.
+TEST(CpuQmm, LongAndShortRowsOfTheRealShapes) {
+  std::mt19937 rng(35);
+  for (int bits : {4, 8})
+    for (int64_t cols : {512, 1024, 2048, 4096})
+      for (int64_t n : {1, 2}) check_shape(rng, bits, 64, ScaleType::bf16, n, cols, 23);
 }
 
 TEST(CpuQmm, SupportedShapesAndFallbacks) {

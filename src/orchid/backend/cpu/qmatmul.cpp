@@ -45,6 +45,7 @@ void QuantizedActs::quantize(const float* X, int64_t n, int64_t cols) {
   x_ = X, n_ = n, cols_ = cols;
   const int64_t nk = cols / 64;
   q_.resize(size_t(n * cols));
+  planes_.clear();
   d_.resize(size_t(n * nk));
   sums_.clear();
   for (int64_t i = 0; i < n * nk; ++i) {
@@ -61,6 +62,15 @@ void QuantizedActs::quantize(const float* X, int64_t n, int64_t cols) {
 QmmActs QuantizedActs::view(int group) {
   QmmActs a;
   a.n = n_, a.cols = cols_, a.d = d_.data(), a.q = q_.data();
+  if (n_ == 1) {
+    if (planes_.size() != q_.size()) {
+      planes_.resize(q_.size());
+      for (int64_t b = 0; b < cols_; b += 64)
+        for (int e = 0; e < 64; ++e)
+          planes_[size_t(b + qmm_plane_position(e))] = q_[size_t(b + qmm_act_position(e))];
+    }
+    a.planes = planes_.data();
+  }
   auto it =
       std::find_if(sums_.begin(), sums_.end(), [&](const auto& s) { return s.first == group; });
   if (it == sums_.end()) {

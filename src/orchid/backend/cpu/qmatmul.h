@@ -32,7 +32,8 @@ class QuantizedActs {
  private:
   const float* x_ = nullptr;
   int64_t n_ = 0, cols_ = 0;
-  std::vector<int16_t> q_;  // QmmActs's order
+  std::vector<int16_t> q_;       // QmmActs's order
+  std::vector<int16_t> planes_;  // one row: the nibble-plane order (QmmActs::planes)
   std::vector<float> d_;
   std::vector<std::pair<int, std::vector<float>>> sums_;  // (group, [n, cols / group])
 };

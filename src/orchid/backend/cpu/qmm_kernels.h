@@ -37,7 +37,15 @@ struct QmmActs {
   const int16_t* q = nullptr;   // [n, cols], |q| <= 32767
   const float* d = nullptr;     // [n, cols / 64]
   const float* xsum = nullptr;  // [n, cols / group] for the matrix's group
+  // One row (decode) also in nibble-plane order, for 4-bit codes read as 16-bit words: within a
+  // 64-column block, plane k (k < 4) holds columns 4j + k, j < 16 (qmm_plane_position).
+  const int16_t* planes = nullptr;  // [cols] when n == 1
 };
+
+// Position within a 64-column block of column e in the nibble-plane order.
+static inline int qmm_plane_position(int e) {
+  return (e % 4) * 16 + e / 4;
+}
 
 // Y[t * ldy + r] = row r of W · activation row t, for r in [r0, r1), t < X.n.
 using QmmKernel = void (*)(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r1, float* Y,
