@@ -57,7 +57,8 @@ function orchidRound(r) {
     { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, ORCHID_THREADS: String(threads) } });
   const j = JSON.parse(readFileSync(file, "utf8"));
   return { prefill_tok_s: j.prefill_tok_s[String(nPrefill)],
-    decode_tok_s: j.decode_tok_s_at_context[String(nPrefill)], json: j };
+    decode_tok_s: j.decode_tok_s_at_context[String(nPrefill)],
+    read_bandwidth_gb_s: j.cpu_roofline?.read_bandwidth_gb_s, json: j };
 }
 
 const runs = { orchid: [], llama_cpp: [] };
@@ -65,7 +66,8 @@ let last;
 for (let r = 0; r < rounds; ++r) {
   runs.llama_cpp.push(await llamaRound());
   last = orchidRound(r);
-  runs.orchid.push({ prefill_tok_s: last.prefill_tok_s, decode_tok_s: last.decode_tok_s });
+  runs.orchid.push({ prefill_tok_s: last.prefill_tok_s, decode_tok_s: last.decode_tok_s,
+    read_bandwidth_gb_s: last.read_bandwidth_gb_s });
   console.error(`round ${r + 1}: llama.cpp ${runs.llama_cpp[r].prefill_tok_s.toFixed(1)} / ` +
     `${runs.llama_cpp[r].decode_tok_s.toFixed(1)}, orchid ${last.prefill_tok_s.toFixed(1)} / ` +
     `${last.decode_tok_s.toFixed(1)} tok/s (prefill / decode)`);
@@ -73,13 +75,16 @@ for (let r = 0; r < rounds; ++r) {
 const best = (list, key) => Math.max(...list.map((x) => x[key]));
 const o = { prefill: best(runs.orchid, "prefill_tok_s"), decode: best(runs.orchid, "decode_tok_s") };
 const l = { prefill: best(runs.llama_cpp, "prefill_tok_s"), decode: best(runs.llama_cpp, "decode_tok_s") };
-const roof = last.json.cpu_roofline ?? {};
+// This VM's bandwidth moves from minute to minute: the median of the rounds' probes.
+const bws = runs.orchid.map((r) => r.read_bandwidth_gb_s).sort((a, b) => a - b);
+const roof = { ...(last.json.cpu_roofline ?? {}), read_bandwidth_gb_s: bws[Math.floor(bws.length / 2)] };
 const bytes = roof.decode_weight_bytes_per_token;
 const result = {
   what: "orchid CPU backend vs llama.cpp, same machine, same run (scripts/peer/cpu-vs-llamacpp.sh)",
   date: new Date().toISOString(),
   commit: last.json.commit,
-  machine: { cpu: last.json.machine.cpu, threads, read_bandwidth_gb_s: roof.read_bandwidth_gb_s },
+  machine: { cpu: last.json.machine.cpu, threads, read_bandwidth_gb_s: roof.read_bandwidth_gb_s,
+    read_bandwidth_note: "median of the rounds' probes (orchid bench, 1 GiB read by all threads)" },
   model: { orchid: orchidModel, orchid_layout: last.json.layout, llama_cpp: gguf,
     decode_weight_bytes_per_token: bytes },
   orchid: { path: last.json.backend_path, prefill_tok_s: o.prefill, decode_tok_s: o.decode,

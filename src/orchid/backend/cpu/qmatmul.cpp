@@ -48,10 +48,20 @@ void QuantizedActs::quantize(const float* X, int64_t n, int64_t cols) {
   planes_.clear();
   d_.resize(size_t(n * nk));
   sums_.clear();
+  // Several rows (prefill): one scale a row, so the kernels scale a row's sum once instead of
+  // every block's (QmmActs::row_scale); on the demo model this measured top-1 0.9995 and KL
+  // 5.6e-5 against per-block scales' 0.9983 and 1.5e-4.
+  std::vector<float> row_amax(size_t(n), 0.f);
+  if (n > 1)
+    for (int64_t i = 0; i < n * cols; ++i)
+      row_amax[size_t(i / cols)] = std::max(row_amax[size_t(i / cols)], std::fabs(X[i]));
   for (int64_t i = 0; i < n * nk; ++i) {
     const float* x = X + i * 64;
     float amax = 0.f;
-    for (int e = 0; e < 64; ++e) amax = std::max(amax, std::fabs(x[e]));
+    if (n > 1)
+      amax = row_amax[size_t(i / nk)];
+    else
+      for (int e = 0; e < 64; ++e) amax = std::max(amax, std::fabs(x[e]));
     const float d = amax / 32767.f, inv = amax > 0.f ? 32767.f / amax : 0.f;
     d_[size_t(i)] = d;
     int16_t* q = q_.data() + i * 64;
@@ -61,7 +71,7 @@ void QuantizedActs::quantize(const float* X, int64_t n, int64_t cols) {
 
 QmmActs QuantizedActs::view(int group) {
   QmmActs a;
-  a.n = n_, a.cols = cols_, a.d = d_.data(), a.q = q_.data();
+  a.n = n_, a.cols = cols_, a.d = d_.data(), a.q = q_.data(), a.row_scale = n_ > 1;
   if (n_ == 1) {
     if (planes_.size() != q_.size()) {
       planes_.resize(q_.size());

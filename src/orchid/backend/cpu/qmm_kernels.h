@@ -36,6 +36,7 @@ struct QmmActs {
   int64_t n = 0, cols = 0;
   const int16_t* q = nullptr;   // [n, cols], |q| <= 32767
   const float* d = nullptr;     // [n, cols / 64]
+  bool row_scale = false;       // every block of a row has the same d (several rows: prefill)
   const float* xsum = nullptr;  // [n, cols / group] for the matrix's group
   // One row (decode) also in nibble-plane order, for 4-bit codes read as 16-bit words: within a
   // 64-column block, plane k (k < 4) holds columns 4j + k, j < 16 (qmm_plane_position).
