@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "orchid/backend/cpu/isa.h"
+#include "orchid/model/gguf_split.h"
 
 namespace orchid::cli {
 namespace {
@@ -47,6 +48,27 @@ void add_info(CLI::App& app, int& exit_code) {
       for (const MappedFile& f : m.gguf) bytes += f.size();
       std::printf("file       GGUF, %zu part(s), %.2f MiB\n", m.gguf.size(),
                   double(bytes) / (1 << 20));
+      // The file's own tensor types: count, bytes and bits per weight of each.
+      if (auto parts = open_gguf(m.dir)) {
+        struct TypeStats {
+          int64_t tensors = 0, elems = 0, bytes = 0;
+        };
+        std::map<std::string, TypeStats> types;
+        int64_t elems = 0, tbytes = 0;
+        for (const GgufTensor& t : parts->merged.tensors) {
+          TypeStats& s = types[ggml_type_name(t.type)];
+          ++s.tensors, s.elems += t.numel(), s.bytes += int64_t(t.nbytes);
+          elems += t.numel(), tbytes += int64_t(t.nbytes);
+        }
+        std::printf("\n%-10s %8s %14s %14s %6s\n", "gguf type", "tensors", "weights", "bytes",
+                    "bpw");
+        for (const auto& [name, s] : types)
+          std::printf("%-10s %8lld %14lld %14lld %6.2f\n", name.c_str(), (long long)s.tensors,
+                      (long long)s.elems, (long long)s.bytes,
+                      8.0 * double(s.bytes) / double(s.elems));
+        std::printf("%-10s %8zu %14lld %14lld %6.2f\n", "total", parts->merged.tensors.size(),
+                    (long long)elems, (long long)tbytes, 8.0 * double(tbytes) / double(elems));
+      }
     }
     std::printf("vocab      %lld   hidden %d   layers %d (%d full attention, %d Gated DeltaNet)\n",
                 (long long)c.n_vocab, c.n_embd, c.n_layer, c.n_full_layers(),

@@ -1,11 +1,14 @@
-// `orchid synth --config (tiny|qwen3.6-35b-a3b|FILE.json) --layout (hf|mlx4) -o DIR`: a random
-// checkpoint of real structure (peaked logits, distinct norms) for the demo, tests and benches.
+// `orchid synth --config (tiny|qwen3.6-35b-a3b|FILE.json) --layout (hf|mlx4|gguf-q4_0|gguf-q8_0) -o
+// DIR`: a random checkpoint of real structure (peaked logits, distinct norms) for the demo, tests
+// and benches.
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "orchid/model/gguf_export.h"
+#include "orchid/model/model.h"
 #include "orchid/model/synth.h"
 #include "orchid/tokenizer/chat_template.h"
 #include "orchid/tokenizer/tokenizer.h"
@@ -45,6 +48,27 @@ Status add_tokenizer_files(const std::string& tok_dir, const Tokenizer& tok,
   return write_text(out_dir + "/generation_config.json", gen.dump(2) + "\n");
 }
 
+// The model in `dir` as one GGUF file of `layout` (gguf-q4_0: Q4_0 matrices, Q8_0 router, as
+// scripts/peer uses; gguf-q8_0: Q8_0 throughout), with the tokenizer of tok_dir if given.
+Status write_synth_gguf(const std::string& dir, const std::string& out, const std::string& layout,
+                        const std::string& tok_dir, int64_t n_vocab) {
+  auto m = load_model(dir);
+  if (!m) return m.error();
+  auto md = qwen35moe_metadata((*m)->config);
+  md["general.name"] = gguf_text(std::filesystem::path(out).stem().string());
+  if (!tok_dir.empty()) {
+    std::ifstream in(tok_dir + "/tokenizer.json", std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ORCHID_TRY(add_tokenizer_metadata(md, ss.str(), "qwen35", n_vocab));
+    md["tokenizer.chat_template"] = gguf_text(ChatTemplate::builtin().source());
+  }
+  GgufExportTypes types;
+  types.matrices = uint32_t(layout == "gguf-q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
+  types.router = uint32_t(GgmlType::Q8_0);
+  return write_gguf(out, md, qwen35moe_tensors((*m)->config, (*m)->weights, types));
+}
+
 }  // namespace
 
 void add_synth(CLI::App& app, int& exit_code) {
@@ -57,8 +81,11 @@ void add_synth(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("synth", "write a random checkpoint of a config");
   cmd->add_option("--config", args->config, "tiny | qwen3.6-35b-a3b | path to a config.json")
       ->required();
-  cmd->add_option("--layout", args->layout, "hf (bf16, sharded) or mlx4 (MLX affine 4-bit)")
-      ->check(CLI::IsMember({"hf", "mlx4"}));
+  cmd->add_option("--layout", args->layout,
+                  "hf (bf16, sharded), mlx4 (MLX affine 4-bit), or one GGUF file (-o FILE.gguf): "
+                  "gguf-q4_0 (Q4_0, Q8_0 router) or gguf-q8_0 — the mlx4 model of the seed "
+                  "re-quantized")
+      ->check(CLI::IsMember({"hf", "mlx4", "gguf-q4_0", "gguf-q8_0"}));
   cmd->add_option("-o,--out", args->out, "output directory")->required();
   cmd->add_option("--seed", args->seed, "random seed");
   cmd->add_option("--layers", args->layers,
@@ -98,6 +125,16 @@ void add_synth(CLI::App& app, int& exit_code) {
       if (!t) return void(exit_code = fail(t.message()));
       cfg.n_vocab = t->vocab_size();
       tok = std::move(*t);
+    }
+    if (args->layout.rfind("gguf-", 0) == 0) {
+      // The mlx4 checkpoint of the seed, then that model written as GGUF (orchid convert's path).
+      const std::string tmp = args->out + ".synth-tmp";
+      Status s = synth_checkpoint(cfg, SynthLayout::mlx4, tmp, args->seed);
+      if (s) s = write_synth_gguf(tmp, args->out, args->layout, args->tokenizer, cfg.n_vocab);
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec);
+      if (!s) return void(exit_code = fail(s.message()));
+      return;
     }
     SynthLayout layout = args->layout == "hf" ? SynthLayout::hf : SynthLayout::mlx4;
     Status s = synth_checkpoint(cfg, layout, args->out, args->seed);

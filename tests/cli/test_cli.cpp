@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -256,6 +257,31 @@ TEST(Cli, ConvertWritesAGgufOrchidRunsAlone) {
                         " --tokenizer " + shell_quote(d.str()));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("no tokenizer.json"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace orchid
+
+namespace orchid {
+namespace {
+
+// `orchid synth --layout gguf-q4_0` writes one GGUF file (the mlx4 model of the seed re-quantized,
+// Q8_0 router) that orchid runs alone; `orchid info` lists the file's tensor types and bits per
+// weight.
+TEST(Cli, SynthGgufThenInfoAndRun) {
+  ScratchDir d;
+  const std::string demo = std::string(ORCHID_SOURCE_DIR) + "/models/orchid-demo";
+  const std::string f = d / "tiny-q4_0.gguf";
+  expect_success(run_orchid("synth --config tiny --layout gguf-q4_0 -o " + shell_quote(f) +
+                            " --tokenizer " + shell_quote(demo)));
+  auto info = run_orchid("info -m " + shell_quote(f));
+  expect_success(info);
+  EXPECT_NE(info.output.find("Q4_0"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("Q8_0"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("bpw"), std::string::npos) << info.output;
+  auto r = run_orchid("run -m " + shell_quote(f) + " --prompt hello -n 4");
+  expect_success(r);
+  EXPECT_FALSE(std::filesystem::exists(f + ".synth-tmp"));
 }
 
 }  // namespace
