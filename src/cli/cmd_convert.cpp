@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "orchid/model/gguf_export.h"
@@ -16,13 +14,6 @@
 
 namespace orchid::cli {
 namespace {
-
-std::string file_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 uint32_t type_named(const std::string& s) {
   if (s == "q4_0") return uint32_t(GgmlType::Q4_0);
@@ -56,33 +47,31 @@ void add_convert(CLI::App& app, int& exit_code) {
     const auto t0 = std::chrono::steady_clock::now();
     auto m = load_model(args->model);
     if (!m) return void(exit_code = fail(m.message()));
-    const ModelConfig& c = (*m)->config;
-    auto md = qwen35moe_metadata(c);
-    md["general.name"] = gguf_text(fs::path(args->out).stem().string());
+    GgufExportOptions o;
     const fs::path tok_dir =
         args->tokenizer.empty() ? fs::path(args->model) : fs::path(args->tokenizer);
     if (fs::exists(tok_dir / "tokenizer.json")) {
-      Status s =
-          add_tokenizer_metadata(md, file_text(tok_dir / "tokenizer.json"), "qwen35", c.n_vocab);
-      if (!s) return void(exit_code = fail(s.message()));
+      auto text = read_file((tok_dir / "tokenizer.json").string());
+      if (!text) return void(exit_code = fail(text.message()));
+      o.tokenizer_json = std::move(*text);
     } else if (!args->tokenizer.empty()) {
       return void(exit_code = fail("--tokenizer: no tokenizer.json in " + args->tokenizer));
     }
-    if (fs::exists(fs::path(args->model) / "chat_template.jinja"))
-      md["tokenizer.chat_template"] =
-          gguf_text(file_text(fs::path(args->model) / "chat_template.jinja"));
-    GgufExportTypes types;
-    types.matrices = type_named(args->type), types.router = type_named(args->router);
+    if (fs::exists(fs::path(args->model) / "chat_template.jinja")) {
+      auto text = read_file((fs::path(args->model) / "chat_template.jinja").string());
+      if (!text) return void(exit_code = fail(text.message()));
+      o.chat_template = std::move(*text);
+    }
+    o.types.matrices = type_named(args->type), o.types.router = type_named(args->router);
     const bool tty = isatty(STDERR_FILENO);
-    Status s = write_gguf(
-        args->out, md, qwen35moe_tensors(c, (*m)->weights, types),
-        [&](uint64_t done, uint64_t total) {
-          if (!tty) return;
-          const double sec =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          std::fprintf(stderr, "\r%6.2f / %.2f GiB  %5.1f MiB/s", done / 1073741824.0,
-                       total / 1073741824.0, done / 1048576.0 / sec);
-        });
+    o.progress = [&](uint64_t done, uint64_t total) {
+      if (!tty) return;
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "\r%6.2f / %.2f GiB  %5.1f MiB/s", done / 1073741824.0,
+                   total / 1073741824.0, done / 1048576.0 / sec);
+    };
+    Status s = export_gguf((*m)->config, (*m)->weights, args->out, o);
     if (tty) std::fprintf(stderr, "\n");
     if (!s) return void(exit_code = fail(s.message()));
     std::fprintf(stderr, "orchid: wrote %s (%s, %.1f s)\n", args->out.c_str(), args->type.c_str(),

@@ -51,22 +51,19 @@ Status add_tokenizer_files(const std::string& tok_dir, const Tokenizer& tok,
 // The model in `dir` as one GGUF file of `layout` (gguf-q4_0: Q4_0 matrices, Q8_0 router, as
 // scripts/peer uses; gguf-q8_0: Q8_0 throughout), with the tokenizer of tok_dir if given.
 Status write_synth_gguf(const std::string& dir, const std::string& out, const std::string& layout,
-                        const std::string& tok_dir, int64_t n_vocab) {
+                        const std::string& tok_dir) {
   auto m = load_model(dir);
   if (!m) return m.error();
-  auto md = qwen35moe_metadata((*m)->config);
-  md["general.name"] = gguf_text(std::filesystem::path(out).stem().string());
+  GgufExportOptions o;
   if (!tok_dir.empty()) {
-    std::ifstream in(tok_dir + "/tokenizer.json", std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    ORCHID_TRY(add_tokenizer_metadata(md, ss.str(), "qwen35", n_vocab));
-    md["tokenizer.chat_template"] = gguf_text(ChatTemplate::builtin().source());
+    auto text = read_file(tok_dir + "/tokenizer.json");
+    if (!text) return text.error();
+    o.tokenizer_json = std::move(*text);
+    o.chat_template = ChatTemplate::builtin().source();
   }
-  GgufExportTypes types;
-  types.matrices = uint32_t(layout == "gguf-q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
-  types.router = uint32_t(GgmlType::Q8_0);
-  return write_gguf(out, md, qwen35moe_tensors((*m)->config, (*m)->weights, types));
+  o.types.matrices = uint32_t(layout == "gguf-q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
+  o.types.router = uint32_t(GgmlType::Q8_0);
+  return export_gguf((*m)->config, (*m)->weights, out, o);
 }
 
 }  // namespace
@@ -130,7 +127,7 @@ void add_synth(CLI::App& app, int& exit_code) {
       // The mlx4 checkpoint of the seed, then that model written as GGUF (orchid convert's path).
       const std::string tmp = args->out + ".synth-tmp";
       Status s = synth_checkpoint(cfg, SynthLayout::mlx4, tmp, args->seed);
-      if (s) s = write_synth_gguf(tmp, args->out, args->layout, args->tokenizer, cfg.n_vocab);
+      if (s) s = write_synth_gguf(tmp, args->out, args->layout, args->tokenizer);
       std::error_code ec;
       std::filesystem::remove_all(tmp, ec);
       if (!s) return void(exit_code = fail(s.message()));

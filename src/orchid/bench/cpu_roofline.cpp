@@ -44,19 +44,15 @@ double measure_read_bandwidth_gbs() {
 int64_t decode_weight_bytes(const Model& m) {
   const ModelConfig& c = m.config;
   const Weights& w = m.weights;
-  int64_t bytes = w.output.bytes() + w.tok_embd.bytes() / std::max<int64_t>(1, w.tok_embd.rows);
-  for (const LayerWeights& L : w.layers) {
-    for (const QuantMatrix* q :
-         {&L.attn.q_proj, &L.attn.k_proj, &L.attn.v_proj, &L.attn.o_proj, &L.gdn.in_proj_qkv,
-          &L.gdn.in_proj_z, &L.gdn.in_proj_b, &L.gdn.in_proj_a, &L.gdn.out_proj, &L.moe.router,
-          &L.moe.shared_gate, &L.moe.shared_up, &L.moe.shared_down, &L.moe.shared_expert_gate})
-      if (q->data) bytes += q->bytes();
-    int64_t experts = 0;
-    for (size_t e = 0; e < L.moe.gate.size(); ++e)
-      experts += L.moe.gate[e].bytes() + L.moe.up[e].bytes() + L.moe.down[e].bytes();
-    if (!L.moe.gate.empty()) bytes += experts / int64_t(L.moe.gate.size()) * c.n_expert_used;
-  }
-  return bytes;
+  int64_t all = 0, experts = 0;
+  for_each_matrix(w, [&](const QuantMatrix& q) { all += q.data ? q.bytes() : 0; });
+  for (const LayerWeights& L : w.layers)
+    for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
+      for (const QuantMatrix& q : *v) experts += q.bytes();
+  // The routed experts: n_expert_used of n_expert a token; the embedding: one row.
+  const int64_t used = c.n_expert > 0 ? experts / c.n_expert * c.n_expert_used : 0;
+  return all - experts + used - w.tok_embd.bytes() +
+         w.tok_embd.bytes() / std::max<int64_t>(1, w.tok_embd.rows);
 }
 
 }  // namespace orchid

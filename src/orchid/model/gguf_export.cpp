@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -115,6 +116,16 @@ Status add_tokenizer_metadata(std::map<std::string, GgufValue>& md, const std::s
   md["tokenizer.ggml.token_type"] = gguf_list(GgufValueType::I32, std::move(ty));
   md["tokenizer.ggml.merges"] = gguf_list(GgufValueType::STRING, std::move(mv));
   return {};
+}
+
+Status export_gguf(const ModelConfig& c, const Weights& w, const std::string& path,
+                   const GgufExportOptions& o) {
+  auto md = qwen35moe_metadata(c);
+  md["general.name"] = gguf_text(std::filesystem::path(path).stem().string());
+  if (!o.tokenizer_json.empty())
+    ORCHID_TRY(add_tokenizer_metadata(md, o.tokenizer_json, "qwen35", c.n_vocab));
+  if (!o.chat_template.empty()) md["tokenizer.chat_template"] = gguf_text(o.chat_template);
+  return write_gguf(path, md, qwen35moe_tensors(c, w, o.types), o.progress);
 }
 
 std::vector<GgufTensorSource> qwen35moe_tensors(const ModelConfig& c, const Weights& w,

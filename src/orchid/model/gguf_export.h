@@ -4,6 +4,7 @@
 // tokenizer as tokenizer.ggml.* — for `orchid convert`, the CPU peer benchmark and tests.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,5 +37,17 @@ Status add_tokenizer_metadata(std::map<std::string, GgufValue>& md, const std::s
 // w's tensors, each row produced on demand from w (which must outlive the result).
 std::vector<GgufTensorSource> qwen35moe_tensors(const ModelConfig& c, const Weights& w,
                                                 const GgufExportTypes& types = {});
+
+struct GgufExportOptions {
+  GgufExportTypes types;
+  std::string tokenizer_json;  // tokenizer.json text ("": no tokenizer in the file)
+  std::string chat_template;   // "": none
+  std::function<void(uint64_t done, uint64_t total)> progress;  // write_gguf's
+};
+
+// m as one GGUF file at `path` (`orchid convert`, `orchid synth --layout gguf-*`): the metadata
+// above, general.name = the file's stem, the tokenizer padded to the model's vocabulary.
+Status export_gguf(const ModelConfig& c, const Weights& w, const std::string& path,
+                   const GgufExportOptions& o);
 
 }  // namespace orchid

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "orchid/model/dtype.h"
@@ -83,5 +84,23 @@ struct Weights {
   std::vector<float> output_norm;    // [n_embd] effective scale (1 + w)
   QuantMatrix output;                // [n_vocab, n_embd] (lm_head)
 };
+
+// Calls f(QuantMatrix&) (const for a const Weights) on every matrix of w: embeddings, lm_head,
+// and each layer's attention, DeltaNet, router, experts and shared expert. Matrices a layer does
+// not use are empty (rows 0, no data).
+template <typename W, typename F>
+void for_each_matrix(W& w, F&& f) {
+  f(w.tok_embd);
+  f(w.output);
+  for (auto& L : w.layers) {
+    for (auto* q :
+         {&L.attn.q_proj, &L.attn.k_proj, &L.attn.v_proj, &L.attn.o_proj, &L.gdn.in_proj_qkv,
+          &L.gdn.in_proj_z, &L.gdn.in_proj_b, &L.gdn.in_proj_a, &L.gdn.out_proj, &L.moe.router,
+          &L.moe.shared_gate, &L.moe.shared_up, &L.moe.shared_down, &L.moe.shared_expert_gate})
+      f(*q);
+    for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
+      for (auto& q : *v) f(q);
+  }
+}
 
 }  // namespace orchid

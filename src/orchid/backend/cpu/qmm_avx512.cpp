@@ -84,14 +84,13 @@ inline float bias_dot(const float* b, const float* xs, int64_t ng) {
   return _mm512_reduce_add_ps(acc);
 }
 
-// R rows from r (groups of 64 columns or more) against one activation row: sd[k] = weight
-// scale x activation scale of block k is formed 16 blocks at a time and each block's FMA takes
-// it as a broadcast operand. Short rows interleave 4 rows, so one row's fixed costs (scales,
-// reduction, bias) overlap the others' loads; long rows go one at a time. Measured (2 threads,
-// Zen 4): 512 columns 17 GB/s one at a time, 18-23 four at a time; 2,048 columns 28-30 GB/s one
-// at a time, 13-15 four at a time.
-template <int R>
-void wide_groups_rows(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
+// Row r (groups of 64 columns or more) against one activation row: sd[k] = weight scale x
+// activation scale of block k is formed 16 blocks at a time and each block's FMA takes it as a
+// broadcast operand. (Rows of groups of 64 up to 1,024 columns go four at a time, short_rows4;
+// 4-bit rows past that, plane_row. Four rows interleaved here measured 13-15 GB/s on 2,048
+// columns against 28-30 one at a time.)
+void wide_groups_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
+  constexpr int R = 1;
   const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group;
   alignas(64) float s[R][kQmmMaxGroups], b[R][kQmmMaxGroups], sd[R][kQmmMaxCols / 64];
   const uint8_t* row[R];
@@ -130,7 +129,7 @@ inline __m512 row_vector(const void* p, ScaleType t, int64_t r, int64_t n) {
 // Four rows of at most 16 groups of 64 (the experts' down: 512 columns) against one activation
 // row, the fixed costs cut to registers: each row's scales x activation scales one vector, its
 // biases x the group sums folded into the accumulator's first lanes, one reduction. The staged
-// form (wide_groups_rows) ran the experts' down at ~11.5 GB/s in the model.
+// form (wide_groups_row) ran the experts' down at ~11.5 GB/s in the model.
 void short_rows4(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
   const int64_t nk = W.cols / 64;
   const __mmask16 m = __mmask16((1u << nk) - 1);
@@ -155,7 +154,7 @@ void short_rows4(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
 // split by shift and mask into four planes of 16 int16, and four 256-bit vpdpwssd sum them with
 // the activation planes into 8 int32 lanes (lane m: columns 8m .. 8m + 7). Zen 4 runs a 512-bit
 // operation as two 256-bit halves, so this form issues fewer operations than widening the codes
-// to 512-bit int16 vectors (wide_groups_rows): a 131,072 x 2,048 matrix on one thread 13.5-13.8
+// to 512-bit int16 vectors (wide_groups_row): a 131,072 x 2,048 matrix on one thread 13.5-13.8
 // → 15.6-16.0 GB/s, on two 28 → 29-32. Rows of 512 columns stay with short_rows4 (30 GB/s
 // against 19 here); interleaving 2 or 4 rows here was slower (15 GB/s).
 void plane_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
@@ -211,9 +210,7 @@ void rows_one_token(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r
     int64_t r = r0;
     if (W.group == 64 && W.cols <= 1024)
       for (; r + 4 <= r1; r += 4) short_rows4(W, X, r, Y);
-    else if (W.cols <= 1024)
-      for (; r + 4 <= r1; r += 4) wide_groups_rows<4>(W, X, r, Y);
-    for (; r < r1; ++r) wide_groups_rows<1>(W, X, r, Y);
+    for (; r < r1; ++r) wide_groups_row(W, X, r, Y);
     return;
   }
   const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group;

@@ -22,34 +22,19 @@ struct Piece {
   size_t bytes;
 };
 
-// Every matrix of w, in a fixed order.
-std::vector<QuantMatrix*> matrices(Weights& w) {
-  std::vector<QuantMatrix*> out = {&w.tok_embd, &w.output};
-  for (LayerWeights& L : w.layers) {
-    for (QuantMatrix* q :
-         {&L.attn.q_proj, &L.attn.k_proj, &L.attn.v_proj, &L.attn.o_proj, &L.gdn.in_proj_qkv,
-          &L.gdn.in_proj_z, &L.gdn.in_proj_b, &L.gdn.in_proj_a, &L.gdn.out_proj, &L.moe.router,
-          &L.moe.shared_gate, &L.moe.shared_up, &L.moe.shared_down, &L.moe.shared_expert_gate})
-      out.push_back(q);
-    for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
-      for (QuantMatrix& q : *v) out.push_back(&q);
-  }
-  return out;
-}
-
 std::vector<Piece> pieces(Weights& w) {
   std::vector<Piece> out;
-  for (QuantMatrix* q : matrices(w)) {
-    if (!q->data || q->rows <= 0) continue;
-    if (q->format == WeightFormat::dense) {
-      out.push_back({&q->data, size_t(q->rows * q->cols) * dtype_size(q->dtype)});
-      continue;
+  for_each_matrix(w, [&](QuantMatrix& q) {
+    if (!q.data || q.rows <= 0) return;
+    if (q.format == WeightFormat::dense) {
+      out.push_back({&q.data, size_t(q.rows * q.cols) * dtype_size(q.dtype)});
+      return;
     }
-    const size_t sb = size_t(q->rows * (q->cols / q->group)) * dtype_size(q->dtype);
-    out.push_back({&q->data, size_t(q->rows * q->cols * q->bits / 8)});
-    out.push_back({&q->scales, sb});
-    out.push_back({&q->biases, sb});
-  }
+    const size_t sb = size_t(q.rows * (q.cols / q.group)) * dtype_size(q.dtype);
+    out.push_back({&q.data, size_t(q.rows * q.cols * q.bits / 8)});
+    out.push_back({&q.scales, sb});
+    out.push_back({&q.biases, sb});
+  });
   return out;
 }
 
