@@ -10,6 +10,7 @@
 // w_s · (|down| · the act's own allowance + |scale · code| · its quantisation step).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "../cuda_test_matrix.h"
 #include "../cuda_test_reference.h"
@@ -139,6 +140,70 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Case{16, 8, 512, 2048}, Case{40, 8, 512, 2048},
                                          Case{16, 8, 512, 1024}, Case{5, 3, 64, 128}),
                        ::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+
+// A batch (grid y = slot, every buffer of slot b at b · stride) gives each slot the bytes it gets
+// alone: act and the residual, with the expert down streamed through shared memory (the
+// default) and with its rows in registers (ORCHID_STAGED_DOWN=0). The real shape, 2 / 5 / 8
+// slots, fresh random weights, inputs and routing.
+class MoeQ4Batch : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(MoeQ4Batch, EachSlotGetsItsBytesAlone) {
+  ORCHID_REQUIRE_GPU();
+  const auto [B, staged] = GetParam();
+  test::PathMode mode({true});
+  const bool saved_staged = cuda::staged_down_enabled();
+  cuda::set_staged_down_enabled(staged);
+  const Case cs{16, 8, 512, 2048};
+  std::mt19937_64 rng(std::random_device{}());
+  const int S = cs.k + 1, act_stride = (cs.ff + 31) / 32 * 32;
+  HostMatrix gate(DevFormat::q4, (cs.E + 1) * cs.ff, cs.H, rng),
+      up(DevFormat::q4, (cs.E + 1) * cs.ff, cs.H, rng),
+      down(DevFormat::q4, (cs.E + 1) * cs.H, cs.ff, rng);
+  DeviceMatrix dgate(gate), dup(up), ddown(down);
+  // A slot's region: x, logits, sel, sel_w, act, h (floats; sel's ints in float-sized words).
+  const int64_t o_x = 0, o_l = o_x + cs.H, o_sel = o_l + cs.E + 1, o_sw = o_sel + S,
+                o_act = o_sw + S, o_h = o_act + int64_t(S) * act_stride, stride = o_h + cs.H;
+  std::vector<float> init(size_t(B * stride), 0.f);
+  for (int b = 0; b < B; ++b) {
+    float* r = init.data() + b * stride;
+    auto x = test::random_floats(size_t(cs.H), -2.f, 2.f, rng);
+    auto l = test::random_floats(size_t(cs.E + 1), -3.f, 3.f, rng);
+    std::copy(x.begin(), x.end(), r + o_x);
+    std::copy(l.begin(), l.end(), r + o_l);
+    std::copy(x.begin(), x.end(), r + o_h);
+  }
+  auto norm = test::random_floats(size_t(cs.H), 0.5f, 1.5f, rng);
+  DevBuf<float> dn(norm);
+  auto run = [&](float* base, int slots) {
+    cuda::MoeParams p;
+    p.gate = dgate.m, p.up = dup.m, p.down = ddown.m;
+    p.n_ff = cs.ff, p.n_embd = cs.H, p.n_slot = S, p.norm = dn.get();
+    p.n_expert = cs.E, p.top_k = cs.k;
+    p.x = base + o_x, p.logits = base + o_l, p.sel = reinterpret_cast<int*>(base + o_sel);
+    p.sel_w = base + o_sw, p.act = base + o_act, p.h = base + o_h;
+    p.batch.slots = slots, p.batch.stride = stride;
+    ASSERT_TRUE(cuda::launch_moe_gate_up(p, nullptr).ok());
+    ASSERT_TRUE(cuda::launch_moe_down(p, nullptr).ok());
+    ORCHID_CUDA_OK(cudaDeviceSynchronize());
+  };
+  DevBuf<float> batched(init), alone(init);
+  run(batched.get(), B);
+  for (int b = 0; b < B; ++b) run(alone.get() + b * stride, 1);
+  cuda::set_staged_down_enabled(saved_staged);
+  const std::vector<float> got = batched.host(), want = alone.host();
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < S * act_stride; ++i)
+      ASSERT_EQ(std::memcmp(&got[size_t(b * stride + o_act + i)], &want[size_t(b * stride + o_act + i)], 4), 0)
+          << "slot " << b << " act " << i;
+    for (int r = 0; r < cs.H; ++r)
+      ASSERT_EQ(std::memcmp(&got[size_t(b * stride + o_h + r)], &want[size_t(b * stride + o_h + r)], 4), 0)
+          << "slot " << b << " residual row " << r << ": " << got[size_t(b * stride + o_h + r)]
+          << " vs " << want[size_t(b * stride + o_h + r)];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, MoeQ4Batch,
+                         ::testing::Combine(::testing::Values(2, 5, 8), ::testing::Bool()));
 
 }  // namespace
 }  // namespace orchid

@@ -35,6 +35,7 @@ Switches Switches::from_env() {
   s.split_kv = !env_off("ORCHID_SPLIT_KV");
   s.batch_decode = !env_off("ORCHID_BATCH_DECODE");
   s.slot_mma = !env_off("ORCHID_SLOT_MMA");
+  s.staged_down = !env_off("ORCHID_STAGED_DOWN");
   if (const char* v = std::getenv("ORCHID_PREFILL_CHUNK")) {
     const int n = std::atoi(v);
     if (n == 1)
@@ -58,6 +59,7 @@ void Switches::apply() const {
   set_pdl_enabled(pdl);
   set_dp4a_enabled(dp4a);
   set_slot_mma_enabled(slot_mma);
+  set_staged_down_enabled(staged_down);
   set_attention_mma_enabled(mma_attention);
 }
 
@@ -65,7 +67,8 @@ std::string Switches::graph_key() const {
   return std::to_string(pdl) + "/" + std::to_string(fused_norm) + "/" +
          std::to_string(mma_attention) + "/" + std::to_string(fused_routing) + "/" +
          std::to_string(dp4a) + "/" + std::to_string(fused_expert) + "/" +
-         std::to_string(fused_qk) + "/" + std::to_string(slot_mma);
+         std::to_string(fused_qk) + "/" + std::to_string(slot_mma) + "/" +
+         std::to_string(staged_down);
 }
 
 CudaState::~CudaState() {

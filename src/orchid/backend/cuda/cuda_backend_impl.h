@@ -80,6 +80,7 @@ struct Switches {
   bool split_kv = true;
   bool batch_decode = true;
   bool slot_mma = true;  // the batched q4 GEMVs on the int8 tensor cores
+  bool staged_down = true;  // the batched expert down streamed through shared memory
   bool prefill = true;    // ORCHID_PREFILL_CHUNK=1 turns it off
   int prefill_chunk = 0;  // 0: CudaBackend::chunk_tokens() picks it by the GPU's memory
   bool exact_prefill = true;

@@ -218,6 +218,7 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
                      {"split_kv", base.split_kv},
                      {"batch_decode", base.batch_decode},
                      {"slot_mma", base.slot_mma},
+                     {"staged_down", base.staged_down},
                      {"pdl", base.pdl},
                      {"fused_norm", base.fused_norm},
                      {"mma_attention", base.mma_attention},
@@ -254,12 +255,20 @@ Expected<nlohmann::json> cuda_decode_bench(Backend& backend, const DecodeBenchOp
         auto no_mma = batch_speed(*be, B, n, opts.tokens);
         be->switches() = base;
         if (!no_mma) return no_mma.error();
+        // And the batched expert down with its rows in registers (ORCHID_STAGED_DOWN=0).
+        be->switches().staged_down = false;
+        auto no_staged = batch_speed(*be, B, n, opts.tokens);
+        be->switches() = base;
+        if (!no_staged) return no_staged.error();
         row[std::to_string(B)] = *s;
         row[std::to_string(B) + "_batch_decode_off"] = *off;
         row[std::to_string(B) + "_slot_mma_off"] = *no_mma;
-        std::printf("%10lld %8d %18.1f %12.2f   (batch_decode off: %.1f, slot_mma off: %.1f)\n",
-                    static_cast<long long>(n), B, *s, *s / speed[std::to_string(n)].get<double>(),
-                    *off, *no_mma);
+        row[std::to_string(B) + "_staged_down_off"] = *no_staged;
+        std::printf(
+            "%10lld %8d %18.1f %12.2f   (batch_decode off: %.1f, slot_mma off: %.1f, staged_down "
+            "off: %.1f)\n",
+            static_cast<long long>(n), B, *s, *s / speed[std::to_string(n)].get<double>(), *off,
+            *no_mma, *no_staged);
         std::fflush(stdout);
       }
       batched[std::to_string(n)] = row;

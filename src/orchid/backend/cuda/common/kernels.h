@@ -259,6 +259,11 @@ void set_dp4a_enabled(bool on);
 // lm_head's decode/lm_head_slots.cu) instead of dp4a; off: ORCHID_SLOT_MMA=0.
 bool slot_mma_enabled();
 void set_slot_mma_enabled(bool on);
+// The batched decode's expert down streamed through shared memory (decode/moe_dp4a.cu:
+// down_staged_kernel) instead of rows held in registers a round at a time; off:
+// ORCHID_STAGED_DOWN=0.
+bool staged_down_enabled();
+void set_staged_down_enabled(bool on);
 // Single q4 GEMVs of 2,048 columns and at least stream_min_rows() rows (default 32768: the
 // lm_head) run as a stream with dp4a on: a bulk-copy stream (decode/gemv_bulk.cu: TMA fills
 // shared-memory stages, ~180 KB in flight an SM) on an sm_90a device, else the register stream

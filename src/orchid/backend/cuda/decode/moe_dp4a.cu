@@ -12,6 +12,9 @@
 // the routing before it lets this launch start); one warp per slot quantises its slot's
 // activations (512 values) in registers; the block then sums the slots with their routing
 // weights into the residual in a fixed order (deterministic).
+#include <atomic>
+#include <cstdlib>
+
 #include "orchid/backend/cuda/common/mma_sync.cuh"
 #include "orchid/backend/cuda/decode/dp4a_q4.cuh"
 #include "orchid/backend/cuda/decode/moe_core.cuh"
@@ -261,7 +264,124 @@ __global__ void __launch_bounds__(BATCHED ? 32 * 16 : 32 * 32)
   }
 }
 
+// A batch's down, streamed (grid y = slot; a warp per expert of the slot, as
+// down_dp4a_kernel<true>): each warp's kDownRows rows of a round are copied into its shared
+// memory (cp.async) STAGES − 1 rounds ahead, the first rounds before the dependency wait, and
+// every round's dot products stay in shared memory until one barrier at the end adds them into
+// h. Why: the register form keeps one round (2 KB a warp) in flight and pays two barriers a
+// round. A row's sum is down_dp4a_kernel's (the same units, partial_dot_dp4a, reduce_rows' tree,
+// slots added in slot order), so a slot's bits are its batch-1 bits.
+// PRECONDITION (launch_moe_down_dp4a): n_embd a multiple of kDownRows, 512 columns, q4 group 64.
+constexpr int kDownSb = kDownUnits / 2;  // (scale, bias) words a row: groups of 64
+// A warp's stage: [kDownRows][kDownUnits] weight units, then [kDownRows][kDownSb] (scale, bias).
+constexpr int kDownStageBytes = kDownRows * (kDownUnits * 16 + kDownSb * 4);  // 2,304
+
+// Dynamic shared memory of down_staged_kernel: stages, activation codes and (d, sum) pairs, then
+// part[n_slot][rounds · kDownRows].
+template <int STAGES>
+size_t down_staged_smem(int n_slot, int rounds) {
+  return size_t(n_slot) * (STAGES * kDownStageBytes + kDownUnits * (4 * sizeof(int4) + sizeof(float2)) +
+                           size_t(rounds) * kDownRows * sizeof(float));
+}
+
+template <int STAGES>
+__global__ void __launch_bounds__(32 * 16)
+    down_staged_kernel(const __grid_constant__ MoeParams p, int act_stride) {
+  const int64_t so = int64_t(blockIdx.y) * p.batch.stride;
+  constexpr DevFormat F = DevFormat::q4;
+  constexpr int kWords = kDownUnits * 4;  // 8-element words of one activation row
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = p.slot_begin + w;
+  // This block's row blocks r_first, r_first + r_step, … (mine of them; rounds at most a block).
+  const int r_step = int(gridDim.x) * kDownRows, r_first = int(blockIdx.x) * kDownRows;
+  const int rounds = (p.n_embd / kDownRows + int(gridDim.x) - 1) / int(gridDim.x);
+  const int mine = (p.n_embd - r_first + r_step - 1) / r_step;
+  extern __shared__ int4 smem[];
+  unsigned char* stages = reinterpret_cast<unsigned char*>(smem);
+  unsigned char* my = stages + w * STAGES * kDownStageBytes;
+  int4* xq_all = reinterpret_cast<int4*>(stages + p.n_slot * STAGES * kDownStageBytes);
+  float2* xd_all = reinterpret_cast<float2*>(xq_all + p.n_slot * 4 * kDownUnits);
+  float* part = reinterpret_cast<float*>(xd_all + p.n_slot * kDownUnits);  // [slot][rounds · rows]
+  int4* xq = xq_all + w * 4 * kDownUnits;
+  float2* xd = xd_all + w * kDownUnits;
+  const SubGroup sg(16);
+  // The slot's expert before the dependency wait, as down_dp4a_kernel reads it.
+  const int expert =
+      min(max(__ldcg(p.sel + so + slot) - p.expert_base, 0), p.down.rows / p.n_embd - 1);
+  const int64_t base = int64_t(expert) * p.n_embd;
+  // Round k's rows into stage k % STAGES (one commit group a call, empty past the end): 128
+  // weight units and 16 (scale, bias) units, contiguous in the expert.
+  auto issue = [&](int k) {
+    if (k < mine) {
+      const int64_t row = base + r_first + int64_t(k) * r_step;
+      uint4* dst = reinterpret_cast<uint4*>(my + (k % STAGES) * kDownStageBytes);
+      const uint4* src = static_cast<const uint4*>(p.down.w) + row * kDownUnits;
+#pragma unroll
+      for (int j = 0; j < kDownRows * kDownUnits / 32; ++j)
+        cp_async16(dst + lane + 32 * j, src + lane + 32 * j);
+      if (lane < kDownRows * kDownSb / 4)
+        cp_async16(dst + kDownRows * kDownUnits + lane, p.down.sb + row * kDownSb + 4 * lane);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int k = 0; k < STAGES - 1; ++k) issue(k);
+  grid_dep_wait();
+  grid_dep_release();
+  if (p.halt && p.halt[so]) {
+    cp_async_wait<0>();
+    return;
+  }
+  float v[kWords / 32][8];
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k)
+    load_word(p.act + so + w * act_stride, lane + 32 * k, kWords, v[k]);
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
+  __syncwarp();
+  XQuant<1> q;
+  load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
+  for (int k = 0; k < mine; ++k) {
+    issue(k + STAGES - 1);
+    cp_async_wait<STAGES - 1>();
+    __syncwarp();
+    const uint4* wts = reinterpret_cast<const uint4*>(my + (k % STAGES) * kDownStageBytes);
+    const uint32_t* sbs = reinterpret_cast<const uint32_t*>(wts + kDownRows * kDownUnits);
+    // The half warp's rows sub + 2i, then down_dp4a_kernel's transposed reduction.
+    float acc[kDownRows / 2];
+#pragma unroll
+    for (int i = 0; i < kDownRows / 2; ++i) {
+      const int r = sg.sub + 2 * i;
+      RowUnits<1> rw;
+      rw.w[0] = wts[r * kDownUnits + sg.sl];
+      rw.sb[0] = sbs[r * kDownSb + (sg.sl * unit_elems(F)) / 64];
+      acc[i] = partial_dot_dp4a<1>(rw, q);
+    }
+    __syncwarp();  // the stage is free for round k + STAGES
+    const int i = reduce_rows<kDownRows / 2, 16>(acc, sg.sl);
+    if (sg.sl % (16 / (kDownRows / 2)) == 0)
+      part[(w * rounds + k) * kDownRows + sg.sub + 2 * i] = acc[0];
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  // Every round's rows: h += Σ_s w_s · part[s] in slot order (add_weighted_slots' sum), or each
+  // slot's rows into slot_out (store_down's unfused form).
+  for (int i = threadIdx.x; i < mine * kDownRows; i += blockDim.x) {
+    const int r = r_first + (i / kDownRows) * r_step + i % kDownRows;
+    if (p.slot_out) {
+      for (int s = 0; s < p.n_slot; ++s)
+        p.slot_out[size_t(p.slot_begin + s) * p.n_embd + r] = part[s * rounds * kDownRows + i];
+      continue;
+    }
+    float sum = 0.f;
+    for (int s = 0; s < p.n_slot; ++s)
+      sum = fmaf(p.sel_w[so + p.slot_begin + s], part[s * rounds * kDownRows + i], sum);
+    p.h[so + r] += sum;
+  }
+}
+
 constexpr int kPairs = 3;  // (slot, row) pairs per warp at most
+
+std::atomic<bool> g_staged_down{true};
 
 bool q4_group64(const DevMatrix& m) {
   return m.fmt == DevFormat::q4 && m.group == 64;
@@ -296,7 +416,39 @@ Expected<bool> launch_staged(const MoeParams& p, int total, cudaStream_t s) {
   return true;
 }
 
+// A batch's down, streamed: one wave in all, each slot's blocks walking its row blocks.
+template <int STAGES>
+Expected<bool> launch_down_staged(const MoeParams& p, cudaStream_t s) {
+  if (p.n_slot > 16) return false;
+  const auto kernel = down_staged_kernel<STAGES>;
+  const int row_blocks = p.n_embd / kDownRows, threads = 32 * p.n_slot;
+  // Shared memory grows with the rounds a block walks: the occupancy of an 8-round block (the
+  // model's 2,048 rows in one wave at 2-3 blocks an SM) sets the grid.
+  const int optin = smem_optin();
+  const size_t guess = down_staged_smem<STAGES>(p.n_slot, 8);
+  if (guess > size_t(optin)) return false;
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+      e != cudaSuccess)
+    return err("moe down (staged): ", cudaGetErrorString(e));
+  const int fit = sm_count() * resident_blocks(reinterpret_cast<const void*>(kernel), threads, guess);
+  const int blocks = std::max(1, std::min(row_blocks, fit / p.batch.slots));
+  const int rounds = (row_blocks + blocks - 1) / blocks;
+  if (down_staged_smem<STAGES>(p.n_slot, rounds) > size_t(optin)) return false;
+  if (Status st = launch("moe down (staged)", kernel, dim3(blocks, p.batch.slots), dim3(threads),
+                         down_staged_smem<STAGES>(p.n_slot, rounds), s, p, act_stride_of(p));
+      !st.ok())
+    return st.error();
+  return true;
+}
+
 }  // namespace
+
+bool staged_down_enabled() {
+  return g_staged_down.load(std::memory_order_relaxed);
+}
+void set_staged_down_enabled(bool on) {
+  g_staged_down.store(on, std::memory_order_relaxed);
+}
 
 Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
   int ppw = gate_up_pairs_per_warp(p);
@@ -326,6 +478,13 @@ Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
                                                      down_dp4a_kernel<true>),
                                                  32 * p.n_slot, smem);
     blocks = std::max(1, std::min(blocks, fit / p.batch.slots));
+  }
+  if (p.batch.slots > 1 && staged_down_enabled() && p.n_embd % kDownRows == 0) {
+    const int st = std::getenv("ORCHID_DOWN_STAGES") ? std::atoi(std::getenv("ORCHID_DOWN_STAGES")) : 3;
+    Expected<bool> done = st == 4   ? launch_down_staged<4>(p, s)
+                          : st == 2 ? launch_down_staged<2>(p, s)
+                                    : launch_down_staged<3>(p, s);
+    if (!done || *done) return done;  // else the register form below
   }
   const auto kernel = p.batch.slots > 1 ? down_dp4a_kernel<true> : down_dp4a_kernel<false>;
   if (Status st = launch("moe down (dp4a)", kernel, dim3(blocks, p.batch.slots),
