@@ -11,6 +11,9 @@ namespace orchid::cli {
 namespace {
 
 std::string describe(const QuantMatrix& m) {
+  if (m.fp8())
+    return "e4m3/" + std::to_string(m.block_rows) + "x" + std::to_string(m.group) + " " +
+           std::string(dtype_name(m.dtype));
   if (!m.quantized()) return std::string(dtype_name(m.dtype));
   return "q" + std::to_string(m.bits) + " g" + std::to_string(m.group);
 }

@@ -1,4 +1,4 @@
-// `orchid synth --config (tiny|qwen3.6-35b-a3b|FILE.json) --layout (hf|mlx4|gguf-q4_0|gguf-q8_0) -o
+// `orchid synth --config (tiny|qwen3.6-35b-a3b|FILE.json) --layout (hf|mlx4|fp8|gguf-q4_0|gguf-q8_0) -o
 // DIR`: a random checkpoint of real structure (peaked logits, distinct norms) for the demo, tests
 // and benches.
 #include <filesystem>
@@ -79,10 +79,11 @@ void add_synth(CLI::App& app, int& exit_code) {
   cmd->add_option("--config", args->config, "tiny | qwen3.6-35b-a3b | path to a config.json")
       ->required();
   cmd->add_option("--layout", args->layout,
-                  "hf (bf16, sharded), mlx4 (MLX affine 4-bit), or one GGUF file (-o FILE.gguf): "
+                  "hf (bf16, sharded), mlx4 (MLX affine 4-bit), fp8 (Qwen's FP8 layout: e4m3, 128x128 "
+                  "block scales, experts one by one), or one GGUF file (-o FILE.gguf): "
                   "gguf-q4_0 (Q4_0, Q8_0 router) or gguf-q8_0 — the mlx4 model of the seed "
                   "re-quantized")
-      ->check(CLI::IsMember({"hf", "mlx4", "gguf-q4_0", "gguf-q8_0"}));
+      ->check(CLI::IsMember({"hf", "mlx4", "fp8", "gguf-q4_0", "gguf-q8_0"}));
   cmd->add_option("-o,--out", args->out, "output directory")->required();
   cmd->add_option("--seed", args->seed, "random seed");
   cmd->add_option("--layers", args->layers,
@@ -133,7 +134,7 @@ void add_synth(CLI::App& app, int& exit_code) {
       if (!s) return void(exit_code = fail(s.message()));
       return;
     }
-    SynthLayout layout = args->layout == "hf" ? SynthLayout::hf : SynthLayout::mlx4;
+    SynthLayout layout = *parse_synth_layout(args->layout);
     Status s = synth_checkpoint(cfg, layout, args->out, args->seed);
     if (s.ok() && tok) s = add_tokenizer_files(args->tokenizer, *tok, args->out);
     if (!s) return void(exit_code = fail(s.message()));

@@ -482,14 +482,13 @@ TEST(ConfigErrors, QuantizationGroupSizeAndShape) {
 }
 
 TEST(ConfigErrors, NonMlxQuantizationMethod) {
-  // An HF quantization_config (FP8, GPTQ, AWQ, ...) is not MLX affine: it must not be read as
-  // MLX 4-bit just because it has "bits" / "group_size" keys (or none).
+  // An HF quantization_config (GPTQ, AWQ, ...) is not MLX affine: it must not be read as
+  // MLX 4-bit just because it has "bits" / "group_size" keys (or none). (FP8: tests/model/test_fp8.cpp.)
   json j = nested();
-  j["quantization_config"] = {
-      {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
-  expect_error(j, {"quant_method", "fp8"});
   j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
   expect_error(j, {"quant_method", "gptq"});
+  j["quantization_config"] = {{"quant_method", "awq"}};
+  expect_error(j, {"quant_method", "awq"});
 }
 
 // ---- Round trip ----

@@ -92,6 +92,45 @@ Expected<QuantSpec> parse_quant_spec(const json& v, std::string_view file, std::
   return q;
 }
 
+// quant_method "fp8": e4m3 weights (fmt absent, as in Qwen3.5's configs, or "e4m3"), block
+// scales of weight_block_size, activations quantized by the engine at run time ("dynamic": orchid
+// keeps its own activation precision; "static" would need per-tensor activation scales).
+Status parse_fp8(const json& q, std::string_view file, ModelConfig& cfg) {
+  FieldReader r(q, file);
+  const std::string fmt = r.string("fmt", "e4m3");
+  const std::string act = r.string("activation_scheme", "dynamic");
+  if (!r.ok()) return r.error();
+  if (fmt != "e4m3")
+    return err(file, ": quantization_config fmt '", fmt, "' is not supported (expected e4m3)");
+  if (act != "dynamic")
+    return err(file, ": quantization_config activation_scheme '", act,
+               "' is not supported (expected dynamic)");
+  const json* b = r.find("weight_block_size");
+  if (!b)
+    return err(file, ": quantization_config of quant_method fp8 has no weight_block_size "
+                     "(per-tensor FP8 scales are not supported)");
+  if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
+      !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||
+      (*b)[1].get<int64_t>() <= 0 || (*b)[0].get<int64_t>() > 65536 ||
+      (*b)[1].get<int64_t>() > 65536)
+    return err(file, ": quantization_config weight_block_size must be two positive integers, got ",
+               b->dump());
+  Fp8Spec spec;
+  spec.block_rows = (*b)[0].get<int>();
+  spec.block_cols = (*b)[1].get<int>();
+  if (const json* n = r.find("modules_to_not_convert")) {
+    if (!n->is_array())
+      return err(file, ": quantization_config modules_to_not_convert must be a list of names");
+    for (const json& v : *n) {
+      if (!v.is_string())
+        return err(file, ": quantization_config modules_to_not_convert must be a list of names");
+      spec.not_converted.push_back(v.get<std::string>());
+    }
+  }
+  cfg.fp8 = std::move(spec);
+  return {};
+}
+
 Status parse_quantization(const json& root, std::string_view file, ModelConfig& cfg) {
   const json* q = nullptr;
   for (const char* key : {"quantization", "quantization_config"}) {
@@ -105,9 +144,11 @@ Status parse_quantization(const json& root, std::string_view file, ModelConfig& 
   if (!q->is_object()) return err(file, ": 'quantization' must be an object");
   // HF quantization_config (FP8, GPTQ, AWQ, bitsandbytes, ...) names a quant_method; MLX
   // affine never does. Reading one as MLX affine would misread every weight.
-  if (auto m = q->find("quant_method"); m != q->end() && !m->is_null())
+  if (auto m = q->find("quant_method"); m != q->end() && !m->is_null()) {
+    if (*m == "fp8") return parse_fp8(*q, file, cfg);
     return err(file, ": quantization quant_method ", m->dump(),
-               " is not supported (only MLX affine quantization, or none)");
+               " is not supported (only block-wise \"fp8\", MLX affine quantization, or none)");
+  }
   auto base = parse_quant_spec(*q, file, "quantization");
   if (!base) return base.error();
   cfg.quant = *base;
@@ -267,7 +308,10 @@ Expected<ModelConfig> parse_config(std::string_view json_text, std::string_view 
 
   ORCHID_TRY(parse_layer_types(r.find("layer_types"), r, file, cfg));
   ORCHID_TRY(parse_rope(*text, r, file, cfg));
-  ORCHID_TRY(parse_quantization(root, file, cfg));
+  // The quantization section sits at the top of config.json; a nested config may carry it in
+  // text_config instead.
+  const bool top_quant = top.find("quantization") || top.find("quantization_config");
+  ORCHID_TRY(parse_quantization(top_quant ? root : *text, file, cfg));
   ORCHID_TRY(validate_config(cfg, file));
   return cfg;
 }

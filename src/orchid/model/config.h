@@ -22,6 +22,15 @@ struct QuantSpec {
   int group_size = 64;
 };
 
+// Block-wise FP8 (Qwen's and DeepSeek's "quant_method": "fp8" quantization_config): each
+// quantized weight is float8 e4m3 with a `<name>_scale_inv` of one scale per block_rows ×
+// block_cols block ([ceil(out / block_rows), ceil(in / block_cols)]); the weight is code × scale.
+struct Fp8Spec {
+  int block_rows = 128;  // weight_block_size[0]: output rows a scale covers
+  int block_cols = 128;  // weight_block_size[1]: input columns a scale covers
+  std::vector<std::string> not_converted;  // modules_to_not_convert (informational)
+};
+
 struct ModelConfig {
   std::string model_type;  // "qwen3_5_moe" (nested) or "qwen3_5_moe_text" (flat)
   bool nested = false;     // config.json had a text_config
@@ -59,6 +68,8 @@ struct ModelConfig {
   // MLX "quantization": default spec plus per-module-path overrides (path without ".weight").
   std::optional<QuantSpec> quant;
   std::map<std::string, QuantSpec, std::less<>> quant_overrides;
+  // Or block-wise FP8 weights (quantization_config quant_method "fp8").
+  std::optional<Fp8Spec> fp8;
 
   int lin_key_dim() const { return lin_n_head_k * lin_head_dim_k; }
   int lin_value_dim() const { return lin_n_head_v * lin_head_dim_v; }
@@ -79,7 +90,8 @@ Expected<ModelConfig> load_config(const std::string& dir);
 
 // Named small configs for `orchid synth` and tests ("tiny", "qwen3.6-35b-a3b").
 std::optional<ModelConfig> builtin_config(std::string_view name);
-// config.json text (nested form) for a config; with quantization fields if cfg.quant is set.
+// config.json text (nested form) for a config; with quantization fields if cfg.quant or cfg.fp8
+// is set.
 std::string config_to_json(const ModelConfig& cfg);
 
 }  // namespace orchid

@@ -115,6 +115,12 @@ std::string config_to_json(const ModelConfig& c) {
       q[path] = {{"group_size", spec.group_size}, {"bits", spec.bits}};
     root["quantization"] = q;
     root["quantization_config"] = q;
+  } else if (c.fp8) {
+    root["quantization_config"] = {{"quant_method", "fp8"},
+                                   {"fmt", "e4m3"},
+                                   {"activation_scheme", "dynamic"},
+                                   {"weight_block_size", {c.fp8->block_rows, c.fp8->block_cols}},
+                                   {"modules_to_not_convert", c.fp8->not_converted}};
   }
   return root.dump(2) + "\n";
 }

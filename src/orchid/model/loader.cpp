@@ -96,6 +96,8 @@ class Loader {
     QuantMatrix q;
     q.rows = n_mat * rows;
     q.cols = cols;
+    if ((*w)->dtype == DType::F8_E4M3 || (*w)->dtype == DType::F8_E5M2)
+      return fp8_matrix(**w, lead, rows, cols, base);
     const TensorInfo* scales = find(base + ".scales");
     if (!scales) {
       if (!is_float((*w)->dtype))
@@ -159,6 +161,47 @@ class Loader {
     return q;
   }
 
+  // Block-wise FP8: w (e4m3 [lead…, rows, cols]) with `<w's name>_scale_inv` (one float per
+  // block, [lead…, ceil(rows / block_rows), ceil(cols / block_cols)]). A stack (lead) is one
+  // matrix of lead·rows rows, so its experts' rows must fill whole blocks.
+  Expected<QuantMatrix> fp8_matrix(const TensorInfo& w, const std::vector<int64_t>& lead,
+                                   int64_t rows, int64_t cols, const std::string& base) {
+    if (w.dtype != DType::F8_E4M3)
+      return err(w.file, ": tensor '", w.name, "' has dtype ", dtype_name(w.dtype),
+                 ", expected F8_E4M3 (e5m2 weights are not supported)");
+    if (!m_.config.fp8)
+      return err(w.file, ": tensor '", w.name,
+                 "' is F8_E4M3 but config.json has no quantization_config with quant_method fp8");
+    const Fp8Spec& f = *m_.config.fp8;
+    std::vector<int64_t> want = lead, want_s = lead;
+    want.push_back(rows);
+    want.push_back(cols);
+    want_s.push_back((rows + f.block_rows - 1) / f.block_rows);
+    want_s.push_back((cols + f.block_cols - 1) / f.block_cols);
+    ORCHID_TRY(check_shape(w, want));
+    auto s = require(w.name + "_scale_inv");
+    if (!s) return s.error();
+    if (!is_float((*s)->dtype))
+      return err((*s)->file, ": tensor '", (*s)->name, "' has dtype ", dtype_name((*s)->dtype),
+                 ", expected BF16, F32 or F16");
+    ORCHID_TRY(check_shape(**s, want_s));
+    if (!lead.empty() && rows % f.block_rows != 0)
+      return err(w.file, ": stacked FP8 tensor '", w.name, "' has ", rows,
+                 " rows a matrix, not a multiple of the ", f.block_rows, "-row scale blocks");
+    QuantMatrix q;
+    q.rows = rows;
+    for (int64_t d : lead) q.rows *= d;
+    q.cols = cols;
+    q.format = WeightFormat::fp8;
+    q.dtype = (*s)->dtype;
+    q.bits = 8;
+    q.group = f.block_cols;
+    q.block_rows = f.block_rows;
+    q.data = w.data.data();
+    q.scales = (*s)->data.data();
+    return maybe_quantize(q, base);
+  }
+
   Expected<QuantMatrix> linear(const std::string& base, int64_t rows, int64_t cols) {
     return matrix(base, ".weight", {}, rows, cols);
   }
@@ -181,8 +224,8 @@ class Loader {
   // The config's quantization keys are module paths without the tensor suffix.
   static std::string quant_path(const std::string& base) { return base; }
 
-  // --quantize q4: dense matrices whose rows split into 64-wide groups become MLX affine
-  // (8-bit for the router and shared-expert gate, as MLX's own predicate does).
+  // --quantize q4: dense (and FP8) matrices whose rows split into 64-wide groups become MLX
+  // affine (8-bit for the router and shared-expert gate, as MLX's own predicate does).
   Expected<QuantMatrix> maybe_quantize(const QuantMatrix& dense, const std::string& base) {
     if (!opts_.quantize_q4 || dense.cols % 64 != 0) return dense;
     bool eight = base.ends_with(".mlp.gate") || base.ends_with(".shared_expert_gate");
@@ -191,6 +234,7 @@ class Loader {
     for (int64_t r = 0; r < dense.rows; ++r) dense.dequant_row(r, w.data() + r * dense.cols);
     AffineQuantized aq = quantize_affine(w, dense.rows, dense.cols, bits, 64);
     QuantMatrix q = dense;
+    q.block_rows = 0, q.block_row0 = 0;
     q.format = WeightFormat::affine;
     q.dtype = DType::BF16;
     q.bits = bits;

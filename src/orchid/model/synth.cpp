@@ -23,11 +23,13 @@
 #include "orchid/model/quant.h"
 #include "orchid/model/safetensors.h"
 #include "orchid/util/bf16.h"
+#include "orchid/util/fp8.h"
 
 namespace orchid {
 namespace {
 
 constexpr int kGroup = 64;               // MLX group size for every quantized matrix
+constexpr int kFp8Block = 128;           // FP8 layout: one scale per 128 x 128 block, as Qwen's
 constexpr int64_t kUnitElems = 1 << 16;  // elements generated per work unit (about)
 
 // ---- Deterministic random streams ----
@@ -55,6 +57,7 @@ enum class Store {
   f32,            // f32 elements (bf16-exact values)
   bf16_plus_one,  // bf16(1 + w): MLX's pre-shifted zero-centred norm
   quant,          // MLX affine: .weight (U32 codes), .scales, .biases (bf16)
+  fp8,            // block-wise FP8: name (F8_E4M3 codes), name + "_scale_inv" (bf16 per block)
 };
 
 // One logical tensor of the plan: rows x cols values, stored as one tensor or (quant) three.
@@ -73,11 +76,22 @@ struct Item {
 
   int64_t hf_row(int64_t r) const { return block ? (r / block) * stride + r % block + offset : r; }
   uint64_t code_bytes() const { return uint64_t(rows) * uint64_t(cols) * uint64_t(bits) / 8; }
-  uint64_t scale_bytes() const { return uint64_t(rows) * uint64_t(cols / kGroup) * 2; }
+  uint64_t scale_bytes() const {
+    if (store == Store::fp8) return uint64_t(fp8_scale_rows()) * uint64_t(fp8_scale_cols()) * 2;
+    return uint64_t(rows) * uint64_t(cols / kGroup) * 2;
+  }
+  // FP8 scales: [lead…, ceil(out / 128), ceil(in / 128)] for a stored shape [lead…, out, in].
+  int64_t fp8_scale_cols() const { return (cols + kFp8Block - 1) / kFp8Block; }
+  int64_t fp8_scale_rows() const {
+    const int64_t out = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
+    return rows / out * ((out + kFp8Block - 1) / kFp8Block);
+  }
   uint64_t bytes() const {
     switch (store) {
       case Store::quant:
         return code_bytes() + 2 * scale_bytes();
+      case Store::fp8:
+        return code_bytes() + scale_bytes();
       case Store::f32:
         return uint64_t(rows) * uint64_t(cols) * 4;
       default:
@@ -112,7 +126,7 @@ void generate_row(uint64_t key_seed, int64_t hf_row, const Item& it, float* out)
 class Planner {
  public:
   Planner(const ModelConfig& cfg, SynthLayout layout)
-      : c_(cfg), mlx_(layout == SynthLayout::mlx4) {}
+      : c_(cfg), mlx_(layout == SynthLayout::mlx4), fp8_(layout == SynthLayout::fp8) {}
 
   // A matrix [.., out, in] (in = shape.back()). `hf` is the HF name (with its suffix, e.g.
   // ".weight", or none for fused experts), `mlx` the MLX module path; `bits` the MLX width.
@@ -127,7 +141,21 @@ class Planner {
     it.dist = Dist::normal;
     it.a = std_dev;
     it.block = block, it.stride = stride, it.offset = offset;
-    if (!mlx_) {
+    if (fp8_) {
+      it.name = hf.find("mlp.experts.") != std::string::npos ? mlx : hf;
+      // Qwen's FP8 releases keep the embeddings, lm_head, router, shared-expert gate and the
+      // DeltaNet's in_proj_a / in_proj_b in bf16 (modules_to_not_convert).
+      bool keep = false;
+      for (const char* k : {"embed_tokens", "lm_head", "mlp.gate.", "shared_expert_gate", "in_proj_a",
+                            "in_proj_b"})
+        keep = keep || hf.find(k) != std::string::npos;
+      if (keep) {
+        not_converted_.push_back(hf.substr(0, hf.size() - std::string_view(".weight").size()));
+      } else {
+        it.store = Store::fp8;
+        it.bits = 8;
+      }
+    } else if (!mlx_) {
       it.name = hf;
     } else if (it.cols % kGroup == 0) {
       it.name = mlx;
@@ -201,7 +229,17 @@ class Planner {
       }
       matrix(h + "mlp.gate.weight", m + "mlp.gate", {E, H}, 3.0f * inv_h, 8);
       const float inv_i = 1.0f / std::sqrt(float(I)), inv_s = 1.0f / std::sqrt(float(S));
-      if (mlx_) {
+      if (fp8_) {
+        // Qwen's FP8 layout: every expert its own gate_proj / up_proj / down_proj, the rows of
+        // HF's fused tensors (gate = rows [e·2I, e·2I + I) of gate_up_proj, up the next I).
+        const std::string gu = h + "mlp.experts.gate_up_proj", dn = h + "mlp.experts.down_proj";
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
+          matrix(gu, x + "gate_proj.weight", {I, H}, inv_h, 8, I, 2 * I, e * 2 * I);
+          matrix(gu, x + "up_proj.weight", {I, H}, inv_h, 8, I, 2 * I, e * 2 * I + I);
+          matrix(dn, x + "down_proj.weight", {H, I}, inv_i, 8, H, H, e * H);
+        }
+      } else if (mlx_) {
         // HF's fused gate_up_proj [E, 2I, H] split on dim -2: gate = rows [0, I), up = [I, 2I).
         const std::string gu = h + "mlp.experts.gate_up_proj";
         matrix(gu, m + "mlp.switch_mlp.gate_proj", {E, I, H}, inv_h, 4, I, 2 * I, 0);
@@ -226,11 +264,13 @@ class Planner {
   const std::map<std::string, QuantSpec, std::less<>>& quant_overrides() const {
     return quant_overrides_;
   }
+  const std::vector<std::string>& not_converted() const { return not_converted_; }
 
  private:
   const ModelConfig& c_;
-  bool mlx_;
+  bool mlx_, fp8_;
   std::vector<Item> items_;
+  std::vector<std::string> not_converted_;
   std::map<std::string, QuantSpec, std::less<>> quant_overrides_;
 };
 
@@ -273,11 +313,44 @@ uint64_t layout_shard(std::span<const Item> items, std::vector<ItemSlots>& slots
       at = align64(at + it.scale_bytes());
       slots[i].biases = at;
       at = align64(at + it.scale_bytes());
+    } else if (it.store == Store::fp8) {
+      at = align64(at + it.code_bytes());
+      slots[i].scales = at;
+      at = align64(at + it.scale_bytes());
     } else {
       at = align64(at + it.bytes());
     }
   }
   return at;
+}
+
+// Rows [r0, r0 + n) (whole 128-row blocks of each stored matrix, the last may be short) as e4m3
+// codes with one bf16 scale a 128 x 128 block: scale = bf16(amax / 448), code = e4m3(w / scale)
+// (saturating), as the FP8 checkpoints' block quantizers do.
+void store_fp8(const Item& it, int64_t r0, int64_t n, const std::vector<float>& w, uint8_t* arena,
+               const ItemSlots& slot) {
+  const int64_t out = it.shape.size() >= 2 ? it.shape[it.shape.size() - 2] : 1;
+  const int64_t sc = it.fp8_scale_cols(), blocks_per_matrix = (out + kFp8Block - 1) / kFp8Block;
+  uint8_t* codes = arena + slot.main + r0 * it.cols;
+  uint16_t* scales = reinterpret_cast<uint16_t*>(arena + slot.scales);
+  for (int64_t b0 = 0; b0 < n;) {
+    const int64_t row = r0 + b0, in_matrix = row % out;
+    const int64_t b1 = std::min(n, b0 + std::min<int64_t>(kFp8Block, out - in_matrix));
+    const int64_t srow = row / out * blocks_per_matrix + in_matrix / kFp8Block;
+    for (int64_t g = 0; g < sc; ++g) {
+      const int64_t c0 = g * kFp8Block, c1 = std::min(it.cols, c0 + kFp8Block);
+      float amax = 0;
+      for (int64_t r = b0; r < b1; ++r)
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[size_t(r * it.cols + c)]));
+      const uint16_t sbits = f32_to_bf16(std::max(amax, 1e-4f) / 448.0f);
+      const float s = bf16_to_f32(sbits);
+      scales[srow * sc + g] = sbits;
+      for (int64_t r = b0; r < b1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          codes[r * it.cols + c] = f32_to_fp8_e4m3(w[size_t(r * it.cols + c)] / s);
+    }
+    b0 = b1;
+  }
 }
 
 void generate_unit(const Item& it, uint64_t key_seed, int64_t r0, int64_t n, uint8_t* arena,
@@ -305,6 +378,9 @@ void generate_unit(const Item& it, uint64_t key_seed, int64_t r0, int64_t n, uin
       std::memcpy(arena + slot.biases + r0 * scale_row, q.biases.data(), q.biases.size() * 2);
       break;
     }
+    case Store::fp8:
+      store_fp8(it, r0, n, scratch, arena, slot);
+      break;
   }
 }
 
@@ -323,7 +399,8 @@ std::vector<TensorToWrite> generate_shard(std::span<const Item> items, uint64_t 
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& it = items[i];
     key_seeds[i] = mix64(fnv1a(it.key) + mix64(seed));
-    const int64_t step = std::max<int64_t>(1, kUnitElems / it.cols);
+    int64_t step = std::max<int64_t>(1, kUnitElems / it.cols);
+    if (it.store == Store::fp8) step = (step + kFp8Block - 1) / kFp8Block * kFp8Block;
     for (int64_t r = 0; r < it.rows; r += step)
       units.push_back({i, r, std::min(step, it.rows - r)});
   }
@@ -355,6 +432,12 @@ std::vector<TensorToWrite> generate_shard(std::span<const Item> items, uint64_t 
       add(it.name + ".weight", DType::U32, packed, slots[i].main, it.code_bytes());
       add(it.name + ".scales", DType::BF16, grouped, slots[i].scales, it.scale_bytes());
       add(it.name + ".biases", DType::BF16, grouped, slots[i].biases, it.scale_bytes());
+    } else if (it.store == Store::fp8) {
+      std::vector<int64_t> blocks = it.shape;
+      blocks.back() = it.fp8_scale_cols();
+      if (blocks.size() >= 2) blocks[blocks.size() - 2] = (blocks[blocks.size() - 2] + kFp8Block - 1) / kFp8Block;
+      add(it.name, DType::F8_E4M3, it.shape, slots[i].main, it.code_bytes());
+      add(it.name + "_scale_inv", DType::BF16, blocks, slots[i].scales, it.scale_bytes());
     } else {
       add(it.name, it.store == Store::f32 ? DType::F32 : DType::BF16, it.shape, slots[i].main,
           it.bytes());
@@ -418,11 +501,12 @@ std::string shard_name(int k, int n) {
 std::optional<SynthLayout> parse_synth_layout(std::string_view name) {
   if (name == "hf") return SynthLayout::hf;
   if (name == "mlx4") return SynthLayout::mlx4;
+  if (name == "fp8") return SynthLayout::fp8;
   return std::nullopt;
 }
 
 std::string_view synth_layout_name(SynthLayout layout) {
-  return layout == SynthLayout::hf ? "hf" : "mlx4";
+  return layout == SynthLayout::hf ? "hf" : layout == SynthLayout::mlx4 ? "mlx4" : "fp8";
 }
 
 Status synth_checkpoint(const ModelConfig& cfg, SynthLayout layout, const std::string& out_dir,
@@ -444,7 +528,7 @@ Status synth_checkpoint(const ModelConfig& cfg, SynthLayout layout, const std::s
   for (const Item& it : items) total += it.bytes();
   const uint64_t per_shard = std::max<uint64_t>(1, opt.shard_bytes);
   int n =
-      int(std::max<uint64_t>(uint64_t(opt.min_shards.value_or(layout == SynthLayout::hf ? 2 : 1)),
+      int(std::max<uint64_t>(uint64_t(opt.min_shards.value_or(layout == SynthLayout::mlx4 ? 1 : 2)),
                              (total + per_shard - 1) / per_shard));
   n = std::clamp(n, 1, int(items.size()));
   std::vector<size_t> ends;  // one past the last item of each shard
@@ -473,6 +557,8 @@ Status synth_checkpoint(const ModelConfig& cfg, SynthLayout layout, const std::s
     out_cfg.quant = QuantSpec{4, kGroup};
     out_cfg.quant_overrides = plan.quant_overrides();
   }
+  out_cfg.fp8.reset();
+  if (layout == SynthLayout::fp8) out_cfg.fp8 = Fp8Spec{kFp8Block, kFp8Block, plan.not_converted()};
   ORCHID_TRY(write_text(dir + "config.json", config_to_json(out_cfg)));
   nlohmann::json gen = {{"eos_token_id", {cfg.n_vocab - 1}}, {"do_sample", false}};
   ORCHID_TRY(write_text(dir + "generation_config.json", gen.dump(2) + "\n"));
@@ -480,7 +566,7 @@ Status synth_checkpoint(const ModelConfig& cfg, SynthLayout layout, const std::s
   const int n_threads =
       opt.n_threads > 0 ? opt.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
   const std::map<std::string, std::string> meta = {
-      {"format", layout == SynthLayout::hf ? "pt" : "mlx"}};
+      {"format", layout == SynthLayout::mlx4 ? "mlx" : "pt"}};
   // Two arenas: shard k is written from one while k + 1 is generated into the other. Reusing
   // them keeps page faults to the first two shards. Peak memory ~ 2 x the largest shard.
   std::vector<ItemSlots> slots;

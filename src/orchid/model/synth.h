@@ -19,9 +19,12 @@ namespace orchid {
 enum class SynthLayout {
   hf,    // HF release layout (spec §10): bf16, fused experts, zero-centred norms, A_log F32
   mlx4,  // mlx-community 4-bit layout (spec §11): 8-bit router and shared_expert_gate
+  fp8,   // Qwen's FP8 release layout: HF names, experts one by one, e4m3 weights with bf16
+         // 128 x 128 block scales (`_scale_inv`); embeddings, lm_head, router, shared-expert gate
+         // and in_proj_a / in_proj_b bf16 (modules_to_not_convert)
 };
 
-std::optional<SynthLayout> parse_synth_layout(std::string_view name);  // "hf" | "mlx4"
+std::optional<SynthLayout> parse_synth_layout(std::string_view name);  // "hf" | "mlx4" | "fp8"
 std::string_view synth_layout_name(SynthLayout layout);
 
 struct SynthOptions {
@@ -39,10 +42,11 @@ struct SynthOptions {
 
 // Writes OUT_DIR/{config.json, generation_config.json, model*.safetensors[, index]}.
 //
-// Both layouts are the same model: each value is drawn from a stream keyed by (seed, HF
+// All layouts are the same model: each value is drawn from a stream keyed by (seed, HF
 // tensor name, HF row), so the mlx4 checkpoint of a seed is exactly the MLX conversion of
 // the hf checkpoint of that seed (norms stored as bf16(1 + w), conv1d as [C, K, 1], experts
-// split, every matrix quantized with quantize_affine from the bf16 values).
+// split, every matrix quantized with quantize_affine from the bf16 values), and the fp8 one its
+// block-wise FP8 quantization (scale = bf16(amax / 448) a 128 x 128 block, e4m3 codes).
 // Distributions, N(mean, variance), then rounded to bf16 (A_log is stored F32 but holds
 // bf16-exact values, so an HF bf16 run sees the same numbers):
 //   embed_tokens N(0, 1); linear layers and experts N(0, 1/fan_in); lm_head 4 x N(0, 1/H);

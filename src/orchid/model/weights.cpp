@@ -1,10 +1,12 @@
-// QuantMatrix: sizes, row access and slicing over dense or MLX-affine storage.
+// QuantMatrix: sizes, row access and slicing over dense, MLX-affine or block-wise FP8 storage.
 #include "orchid/model/weights.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "orchid/model/quant.h"
 #include "orchid/util/bf16.h"
+#include "orchid/util/fp8.h"
 
 namespace orchid {
 namespace {
@@ -24,6 +26,10 @@ float element(const void* p, DType t, int64_t i) {
 
 int64_t QuantMatrix::bytes() const {
   if (format == WeightFormat::dense) return rows * cols * int64_t(dtype_size(dtype));
+  if (format == WeightFormat::fp8) {
+    const int64_t block_rows_spanned = (block_row0 + rows + block_rows - 1) / block_rows;
+    return rows * cols + block_rows_spanned * ((cols + group - 1) / group) * int64_t(dtype_size(dtype));
+  }
   return rows * cols * bits / 8 + 2 * rows * (cols / group) * int64_t(dtype_size(dtype));
 }
 
@@ -34,6 +40,17 @@ void QuantMatrix::dequant_row(int64_t r, float* out) const {
       for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(p[c]);
     } else {
       for (int64_t c = 0; c < cols; ++c) out[c] = element(data, dtype, r * cols + c);
+    }
+    return;
+  }
+  if (format == WeightFormat::fp8) {
+    // code × scale in fp32: exact for bf16 / f16 scales (4 + 8 or 11 significant bits).
+    const int64_t blocks = (cols + group - 1) / group, b = (block_row0 + r) / block_rows;
+    const uint8_t* codes = static_cast<const uint8_t*>(data) + r * cols;
+    for (int64_t g = 0; g < blocks; ++g) {
+      const float s = element(scales, dtype, b * blocks + g);
+      const int64_t c1 = std::min(cols, (g + 1) * group);
+      for (int64_t c = g * group; c < c1; ++c) out[c] = fp8_e4m3_to_f32(codes[c]) * s;
     }
     return;
   }
@@ -61,6 +78,12 @@ QuantMatrix QuantMatrix::row_slice(int64_t r0, int64_t n) const {
   m.rows = n;
   if (format == WeightFormat::dense) {
     m.data = static_cast<const uint8_t*>(data) + r0 * cols * int64_t(dtype_size(dtype));
+  } else if (format == WeightFormat::fp8) {
+    m.data = static_cast<const uint8_t*>(data) + r0 * cols;
+    const int64_t first = (block_row0 + r0) / block_rows;
+    m.block_row0 = (block_row0 + r0) % block_rows;
+    m.scales = static_cast<const uint8_t*>(scales) +
+               first * ((cols + group - 1) / group) * int64_t(dtype_size(dtype));
   } else {
     m.data = static_cast<const uint32_t*>(data) + r0 * (cols * bits / 32);
     const int64_t sb = r0 * (cols / group) * int64_t(dtype_size(dtype));

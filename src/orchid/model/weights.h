@@ -15,6 +15,8 @@ namespace orchid {
 enum class WeightFormat {
   dense,   // `data` is [rows, cols] of `dtype` (F32, BF16 or F16)
   affine,  // MLX affine: `data` is uint32 [rows, cols*bits/32], scales/biases [rows, cols/group]
+  fp8,     // block-wise FP8: `data` is e4m3 bytes [rows, cols], `scales` one `dtype` scale per
+           // block_rows × group block, [ceil(rows/block_rows), ceil(cols/group)]; w = code × scale
 };
 
 // A linear layer's weight W [rows = out, cols = in]; y = x · Wᵀ.
@@ -22,14 +24,17 @@ struct QuantMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   WeightFormat format = WeightFormat::dense;
-  DType dtype = DType::BF16;  // dense: element type; affine: type of scales and biases
-  int bits = 16;              // affine: 4 or 8; dense: element bits
-  int group = 0;              // affine: elements per (scale, bias) pair along a row
+  DType dtype = DType::BF16;  // dense: element type; affine / fp8: type of the scales (and biases)
+  int bits = 16;              // affine: 4 or 8; dense: element bits; fp8: 8
+  int group = 0;              // affine: elements per (scale, bias) pair along a row; fp8: block columns
+  int block_rows = 0;         // fp8: rows a scale covers
+  int64_t block_row0 = 0;     // fp8: row 0's place in its block (a row_slice's offset), < block_rows
   const void* data = nullptr;
   const void* scales = nullptr;
   const void* biases = nullptr;
 
   bool quantized() const { return format == WeightFormat::affine; }
+  bool fp8() const { return format == WeightFormat::fp8; }
   // Bytes this matrix occupies (codes + scales + biases, or dense elements).
   int64_t bytes() const;
   // Row r as fp32 (dequantized if needed). PRECONDITION: out has cols elements.

@@ -30,6 +30,13 @@ std::vector<Piece> pieces(Weights& w) {
       out.push_back({&q.data, size_t(q.rows * q.cols) * dtype_size(q.dtype)});
       return;
     }
+    if (q.fp8()) {
+      const int64_t block_rows = (q.block_row0 + q.rows + q.block_rows - 1) / q.block_rows;
+      out.push_back({&q.data, size_t(q.rows * q.cols)});
+      out.push_back({&q.scales, size_t(block_rows * ((q.cols + q.group - 1) / q.group)) *
+                                    dtype_size(q.dtype)});
+      return;
+    }
     const size_t sb = size_t(q.rows * (q.cols / q.group)) * dtype_size(q.dtype);
     out.push_back({&q.data, size_t(q.rows * q.cols * q.bits / 8)});
     out.push_back({&q.scales, sb});
