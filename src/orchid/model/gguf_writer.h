@@ -1,6 +1,7 @@
 // Writing GGUF v3 files: metadata, the tensor table and the tensors' data, streamed a row at a
-// time so a model of any size is written in bounded memory. The encoders are ggml's reference
-// quantizers written from the format's definition (F32, F16, Q8_0, Q4_0).
+// time so a model of any size is written in bounded memory. The encoders write ggml's block
+// layouts from the format's definition: F32, F16, BF16, Q8_0 and Q4_0 as ggml's reference
+// quantizers do, Q4_K / Q5_K / Q6_K by a plain range fit (gguf_writer.cpp says how).
 #pragma once
 
 #include <cstdint>
