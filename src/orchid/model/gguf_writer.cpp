@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "orchid/util/bf16.h"
+#include "orchid/util/thread_pool.h"
 
 namespace orchid {
 namespace {
@@ -296,21 +297,28 @@ Status write_gguf(std::ostream& os, const std::map<std::string, GgufValue>& meta
   }
   out.pad_to(alignment);
   const uint64_t data_start = out.bytes();
-  std::vector<float> row;
   std::vector<uint8_t> enc;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const GgufTensorSource& t = tensors[i];
     if (!t.row) {
       out.raw(t.raw.data(), t.raw.size());
     } else {
+      // Rows made and encoded by the pool a chunk (~16 MiB of fp32) at a time, written in order.
       const int64_t cols = t.dims[0];
       const uint64_t rb = *ggml_row_bytes(t.type, cols);
-      row.resize(size_t(cols));
-      enc.resize(size_t(rb));
-      for (uint64_t r = 0; r < sizes[i] / rb; ++r) {
-        t.row(int64_t(r), row.data());
-        encode_ggml_row(t.type, row.data(), cols, enc.data());
-        out.raw(enc.data(), enc.size());
+      const int64_t rows = int64_t(sizes[i] / rb);
+      const int64_t chunk = std::clamp<int64_t>((int64_t(1) << 22) / cols, 1, rows);
+      enc.resize(size_t(chunk) * size_t(rb));
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, rows - r0);
+        default_pool().parallel_for(n, 1, [&](int64_t a, int64_t b) {
+          std::vector<float> row(static_cast<size_t>(cols));
+          for (int64_t r = a; r < b; ++r) {
+            t.row(r0 + r, row.data());
+            encode_ggml_row(t.type, row.data(), cols, enc.data() + size_t(r) * rb);
+          }
+        });
+        out.raw(enc.data(), size_t(n) * size_t(rb));
       }
     }
     out.pad_to(alignment);

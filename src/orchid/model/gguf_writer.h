@@ -22,7 +22,8 @@ struct GgufTensorSource {
   std::string name;
   std::vector<int64_t> dims;  // innermost first (ggml's ne)
   uint32_t type = uint32_t(GgmlType::F32);
-  // fp32 form: fills out[dims[0]] with stored row i, i < (product of dims[1..]).
+  // fp32 form: fills out[dims[0]] with stored row i, i < (product of dims[1..]). Called from the
+  // default thread pool's threads, several rows at once: it must be safe to call concurrently.
   std::function<void(int64_t i, float* out)> row;
   // raw form (used when `row` is empty): the tensor's bytes, already encoded.
   std::span<const uint8_t> raw;
