@@ -1,6 +1,6 @@
-// `orchid convert -m DIR -o FILE.gguf [--type q4_0|q8_0|f16|f32]`: a checkpoint orchid loads,
+// `orchid convert -m DIR -o FILE.gguf [--type q4_k_m|q4_0|q8_0|...]`: a checkpoint orchid loads,
 // written as llama.cpp's converter writes a qwen35moe GGUF (model/gguf_export.h), re-quantized to
-// one type (ggml's reference quantizers), with the tokenizer and chat template in the file: the
+// one type or llama.cpp's Q4_K_M mix, with the tokenizer and chat template in the file: the
 // same model for orchid and for llama.cpp (the CPU peer benchmark, scripts/peer/).
 #include <unistd.h>
 
@@ -18,7 +18,11 @@ namespace {
 uint32_t type_named(const std::string& s) {
   if (s == "q4_0") return uint32_t(GgmlType::Q4_0);
   if (s == "q8_0") return uint32_t(GgmlType::Q8_0);
+  if (s == "q4_k" || s == "q4_k_m") return uint32_t(GgmlType::Q4_K);
+  if (s == "q5_k") return uint32_t(GgmlType::Q5_K);
+  if (s == "q6_k") return uint32_t(GgmlType::Q6_K);
   if (s == "f16") return uint32_t(GgmlType::F16);
+  if (s == "bf16") return uint32_t(GgmlType::BF16);
   return uint32_t(GgmlType::F32);
 }
 
@@ -32,8 +36,10 @@ void add_convert(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("convert", "write a checkpoint as a GGUF file (qwen35moe)");
   cmd->add_option("-m,--model", args->model, "model directory (or .gguf file)")->required();
   cmd->add_option("-o,--out", args->out, "output .gguf file")->required();
-  cmd->add_option("--type", args->type, "matrices: q4_0, q8_0, f16 or f32 (rows of 32s)")
-      ->check(CLI::IsMember({"q4_0", "q8_0", "f16", "f32"}))
+  cmd->add_option("--type", args->type,
+                  "matrices: q4_k_m (llama.cpp's mix of Q4_K, Q5_K, Q6_K), q4_k, q5_k, q6_k, q4_0, "
+                  "q8_0, bf16, f16 or f32 (rows not filling the type's blocks: q8_0 or f32)")
+      ->check(CLI::IsMember({"q4_k_m", "q4_k", "q5_k", "q6_k", "q4_0", "q8_0", "bf16", "f16", "f32"}))
       ->capture_default_str();
   cmd->add_option("--router", args->router,
                   "the router (ffn_gate_inp): f32, as llama.cpp's quantizer keeps it, or q8_0")
@@ -63,6 +69,7 @@ void add_convert(CLI::App& app, int& exit_code) {
       o.chat_template = std::move(*text);
     }
     o.types.matrices = type_named(args->type), o.types.router = type_named(args->router);
+    o.types.q4_k_m = args->type == "q4_k_m";
     const bool tty = isatty(STDERR_FILENO);
     o.progress = [&](uint64_t done, uint64_t total) {
       if (!tty) return;

@@ -1,4 +1,4 @@
-// `orchid synth --config (tiny|qwen3.6-35b-a3b|FILE.json) --layout (hf|mlx4|fp8|gguf-q4_0|gguf-q8_0) -o
+// `orchid synth --config (tiny|qwen3.6-35b-a3b|FILE.json) --layout (hf|mlx4|fp8|gguf-q4_k_m|gguf-q4_0|gguf-q8_0) -o
 // DIR`: a random checkpoint of real structure (peaked logits, distinct norms) for the demo, tests
 // and benches.
 #include <filesystem>
@@ -49,7 +49,8 @@ Status add_tokenizer_files(const std::string& tok_dir, const Tokenizer& tok,
 }
 
 // The model in `dir` as one GGUF file of `layout` (gguf-q4_0: Q4_0 matrices, Q8_0 router, as
-// scripts/peer uses; gguf-q8_0: Q8_0 throughout), with the tokenizer of tok_dir if given.
+// scripts/peer uses; gguf-q8_0: Q8_0 throughout; gguf-q4_k_m: llama.cpp's Q4_K_M mix, F32
+// router), with the tokenizer of tok_dir if given.
 Status write_synth_gguf(const std::string& dir, const std::string& out, const std::string& layout,
                         const std::string& tok_dir) {
   auto m = load_model(dir);
@@ -61,8 +62,12 @@ Status write_synth_gguf(const std::string& dir, const std::string& out, const st
     o.tokenizer_json = std::move(*text);
     o.chat_template = ChatTemplate::builtin().source();
   }
-  o.types.matrices = uint32_t(layout == "gguf-q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
-  o.types.router = uint32_t(GgmlType::Q8_0);
+  o.types.matrices = uint32_t(layout == "gguf-q8_0"     ? GgmlType::Q8_0
+                              : layout == "gguf-q4_k_m" ? GgmlType::Q4_K
+                                                        : GgmlType::Q4_0);
+  o.types.q4_k_m = layout == "gguf-q4_k_m";
+  // Q4_K_M keeps the router F32, as llama.cpp's quantizer does.
+  o.types.router = uint32_t(o.types.q4_k_m ? GgmlType::F32 : GgmlType::Q8_0);
   return export_gguf((*m)->config, (*m)->weights, out, o);
 }
 
@@ -81,9 +86,9 @@ void add_synth(CLI::App& app, int& exit_code) {
   cmd->add_option("--layout", args->layout,
                   "hf (bf16, sharded), mlx4 (MLX affine 4-bit), fp8 (Qwen's FP8 layout: e4m3, 128x128 "
                   "block scales, experts one by one), or one GGUF file (-o FILE.gguf): "
-                  "gguf-q4_0 (Q4_0, Q8_0 router) or gguf-q8_0 — the mlx4 model of the seed "
-                  "re-quantized")
-      ->check(CLI::IsMember({"hf", "mlx4", "fp8", "gguf-q4_0", "gguf-q8_0"}));
+                  "gguf-q4_k_m (llama.cpp's Q4_K_M mix), gguf-q4_0 (Q4_0, Q8_0 router) or "
+                  "gguf-q8_0 — the mlx4 model of the seed re-quantized")
+      ->check(CLI::IsMember({"hf", "mlx4", "fp8", "gguf-q4_k_m", "gguf-q4_0", "gguf-q8_0"}));
   cmd->add_option("-o,--out", args->out, "output directory")->required();
   cmd->add_option("--seed", args->seed, "random seed");
   cmd->add_option("--layers", args->layers,

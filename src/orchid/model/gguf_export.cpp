@@ -118,6 +118,33 @@ Status add_tokenizer_metadata(std::map<std::string, GgufValue>& md, const std::s
   return {};
 }
 
+namespace {
+
+// llama.cpp's use_more_bits(i, n): the first and last eighth, and every third in between.
+bool more_bits(int i, int n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+}  // namespace
+
+void apply_q4_k_m(std::vector<GgufTensorSource>& ts, uint32_t router) {
+  const auto has = [](const std::string& n, const char* k) { return n.find(k) != std::string::npos; };
+  int n_v = 0, n_down = 0, i_v = 0, i_down = 0;
+  for (const GgufTensorSource& t : ts) n_v += has(t.name, "attn_v.weight"), n_down += has(t.name, "ffn_down");
+  for (GgufTensorSource& t : ts) {
+    if (t.dims.size() < 2 || t.type == uint32_t(GgmlType::F32) || has(t.name, "ffn_gate_inp")) {
+      if (has(t.name, "ffn_gate_inp") && t.dims.size() >= 2) t.type = router;
+      continue;
+    }
+    GgmlType k = GgmlType::Q4_K;
+    if (t.name == "output.weight") k = GgmlType::Q6_K;
+    if (has(t.name, "attn_v.weight") && more_bits(i_v++, n_v)) k = GgmlType::Q6_K;
+    if (has(t.name, "ffn_down") && more_bits(i_down++, n_down)) k = GgmlType::Q6_K;
+    if (has(t.name, "attn_qkv.weight")) k = GgmlType::Q5_K;
+    t.type = uint32_t(t.dims[0] % 256 == 0 ? k : GgmlType::Q8_0);
+  }
+}
+
 Status export_gguf(const ModelConfig& c, const Weights& w, const std::string& path,
                    const GgufExportOptions& o) {
   auto md = qwen35moe_metadata(c);
@@ -134,7 +161,12 @@ std::vector<GgufTensorSource> qwen35moe_tensors(const ModelConfig& c, const Weig
   const int64_t V = c.lin_n_head_v, value_dim = c.lin_value_dim(), conv_dim = c.lin_conv_dim();
   const uint32_t f32 = uint32_t(GgmlType::F32);
   std::vector<GgufTensorSource> out;
-  auto matrix_type = [&](int64_t cols) { return cols % 32 == 0 ? types.matrices : f32; };
+  // Rows that do not fill the type's blocks: Q8_0 (K-quants' 256) or F32 (32).
+  GgmlBlock blk;
+  const int64_t block = ggml_block(types.matrices, blk) ? blk.elems : 1;
+  auto matrix_type = [&, block](int64_t cols) {
+    return cols % block == 0 ? types.matrices : cols % 32 == 0 ? uint32_t(GgmlType::Q8_0) : f32;
+  };
   // A matrix [rows, cols] whose stored row i is source row map(i), columns through cmap.
   auto mat = [&](const std::string& n, const QuantMatrix* m, uint32_t type,
                  std::function<int64_t(int64_t)> map = {}, bool head_cols = false) {
@@ -227,6 +259,7 @@ std::vector<GgufTensorSource> qwen35moe_tensors(const ModelConfig& c, const Weig
     m.shared_expert_gate.dequant_row(0, sg.data());
     vec(p + "ffn_gate_inp_shexp.weight", {H}, std::move(sg));
   }
+  if (types.q4_k_m) apply_q4_k_m(out, types.router);
   return out;
 }
 

@@ -21,6 +21,11 @@ struct GgufExportTypes {
   uint32_t matrices = uint32_t(GgmlType::F32);
   // The router (ffn_gate_inp): F32 as llama.cpp's quantizer leaves it, or Q8_0.
   uint32_t router = uint32_t(GgmlType::F32);
+  // llama.cpp's Q4_K_M mix over the quantized matrices (then `matrices` is ignored): Q4_K, with
+  // Q6_K for output.weight and for attn_v / ffn_down tensors at llama.cpp's "more bits" places
+  // (the first and last eighth of them, every third between), Q5_K for attn_qkv; a matrix whose
+  // rows do not fill 256-value blocks takes Q8_0 (llama.cpp falls back likewise).
+  bool q4_k_m = false;
 };
 
 // The converter's `general.*` and `qwen35moe.*` keys for c (mtp MTP layers counted in
@@ -37,6 +42,10 @@ Status add_tokenizer_metadata(std::map<std::string, GgufValue>& md, const std::s
 // w's tensors, each row produced on demand from w (which must outlive the result).
 std::vector<GgufTensorSource> qwen35moe_tensors(const ModelConfig& c, const Weights& w,
                                                 const GgufExportTypes& types = {});
+
+// Sets the Q4_K_M mix (GgufExportTypes::q4_k_m) on a file's tensors, in file order; vectors and
+// F32 matrices (rows not of 32s) stay as they are, the router takes `router`.
+void apply_q4_k_m(std::vector<GgufTensorSource>& tensors, uint32_t router);
 
 struct GgufExportOptions {
   GgufExportTypes types;

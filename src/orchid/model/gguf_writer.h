@@ -1,6 +1,7 @@
 // Writing GGUF v3 files: metadata, the tensor table and the tensors' data, streamed a row at a
-// time so a model of any size is written in bounded memory. The encoders are ggml's reference
-// quantizers written from the format's definition (F32, F16, Q8_0, Q4_0).
+// time so a model of any size is written in bounded memory. The encoders write ggml's block
+// layouts from the format's definition: F32, F16, BF16, Q8_0 and Q4_0 as ggml's reference
+// quantizers do, Q4_K / Q5_K / Q6_K by a plain range fit (gguf_writer.cpp says how).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,8 @@ struct GgufTensorSource {
   std::string name;
   std::vector<int64_t> dims;  // innermost first (ggml's ne)
   uint32_t type = uint32_t(GgmlType::F32);
-  // fp32 form: fills out[dims[0]] with stored row i, i < (product of dims[1..]).
+  // fp32 form: fills out[dims[0]] with stored row i, i < (product of dims[1..]). Called from the
+  // default thread pool's threads, several rows at once: it must be safe to call concurrently.
   std::function<void(int64_t i, float* out)> row;
   // raw form (used when `row` is empty): the tensor's bytes, already encoded.
   std::span<const uint8_t> raw;
