@@ -160,9 +160,12 @@ TEST_P(MoeQ4Batch, EachSlotGetsItsBytesAlone) {
       up(DevFormat::q4, (cs.E + 1) * cs.ff, cs.H, rng),
       down(DevFormat::q4, (cs.E + 1) * cs.H, cs.ff, rng);
   DeviceMatrix dgate(gate), dup(up), ddown(down);
-  // A slot's region: x, logits, sel, sel_w, act, h (floats; sel's ints in float-sized words).
-  const int64_t o_x = 0, o_l = o_x + cs.H, o_sel = o_l + cs.E + 1, o_sw = o_sel + S,
-                o_act = o_sw + S, o_h = o_act + int64_t(S) * act_stride, stride = o_h + cs.H;
+  // A slot's region: x, logits, sel, sel_w, act, h (floats; sel's ints in float-sized words),
+  // each 256-byte aligned as the engine's arena aligns them (the kernels load vector words).
+  auto next = [](int64_t at, int64_t n) { return (at + n + 63) / 64 * 64; };
+  const int64_t o_x = 0, o_l = next(o_x, cs.H), o_sel = next(o_l, cs.E + 1), o_sw = next(o_sel, S),
+                o_act = next(o_sw, S), o_h = next(o_act, int64_t(S) * act_stride),
+                stride = next(o_h, cs.H);
   std::vector<float> init(size_t(B * stride), 0.f);
   for (int b = 0; b < B; ++b) {
     float* r = init.data() + b * stride;
