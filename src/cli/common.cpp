@@ -46,7 +46,10 @@ Expected<std::vector<int32_t>> parse_token_list(const std::string& text) {
 #include <cstdlib>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "orchid/backend/select_backend.h"
+#include "orchid/util/load_progress.h"
 
 namespace orchid::cli {
 
@@ -93,7 +96,30 @@ Expected<std::string> model_dir_or_demo(const std::string& dir) {
   return dir.empty() ? demo_model_dir() : Expected<std::string>(dir);
 }
 
+// On a terminal, the load's slow steps as a bar on stderr: what, bytes done of the total, rate;
+// a step's last line stays with its time.
+void show_load_progress() {
+  if (!isatty(STDERR_FILENO)) return;
+  set_load_progress_sink([](const LoadProgress& p) {
+    const double gib = 1024.0 * 1024 * 1024, rate = p.seconds > 0 ? p.done / p.seconds / 1e9 : 0;
+    const double f = p.total ? std::min(1.0, double(p.done) / double(p.total)) : 0;
+    if (p.finished) {
+      std::fprintf(stderr, "\r\033[Korchid: %s: %.2f GiB in %.1f s (%.2f GB/s)\n", p.what.c_str(),
+                   p.done / gib, p.seconds, rate);
+      return;
+    }
+    char bar[31];
+    const int filled = int(f * 30);
+    for (int i = 0; i < 30; ++i) bar[i] = i < filled ? '#' : '.';
+    bar[30] = 0;
+    std::fprintf(stderr, "\r\033[K%s [%s] %.2f / %.2f GiB  %.2f GB/s", p.what.c_str(), bar,
+                 p.done / gib, p.total / gib, rate);
+    std::fflush(stderr);
+  });
+}
+
 Expected<LoadedModel> open_model(const ModelOptions& opts) {
+  show_load_progress();
   LoadOptions lo;
   lo.quantize_q4 = opts.quantize == "q4";
   auto dir = model_dir_or_demo(opts.dir);

@@ -1,6 +1,7 @@
 // load_model: config.json + safetensors → Weights, for the HF and MLX layouts. Every tensor
 // is checked (present, dtype, shape) before use; views point into the mapped files.
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "orchid/model/gguf.h"
@@ -10,6 +11,7 @@
 #include "orchid/model/model.h"
 #include "orchid/model/quant.h"
 #include "orchid/util/bf16.h"
+#include "orchid/util/load_progress.h"
 
 namespace orchid {
 namespace {
@@ -230,6 +232,7 @@ class Loader {
     if (!opts_.quantize_q4 || dense.cols % 64 != 0) return dense;
     bool eight = base.ends_with(".mlp.gate") || base.ends_with(".shared_expert_gate");
     int bits = eight ? 8 : 4;
+    load_progress_add(uint64_t(dense.bytes()));
     std::vector<float> w(size_t(dense.rows * dense.cols));
     for (int64_t r = 0; r < dense.rows; ++r) dense.dequant_row(r, w.data() + r * dense.cols);
     AffineQuantized aq = quantize_affine(w, dense.rows, dense.cols, bits, 64);
@@ -406,6 +409,12 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   const std::string pre = prefix_of(*m);
   const ModelConfig& c = m->config;
   Loader ld(*m, opts);
+  std::optional<LoadStep> step;  // quantizing reads every matrix: the slow part of such a load
+  if (opts.quantize_q4) {
+    uint64_t total = 0;
+    for (const TensorInfo* t : m->checkpoint->all()) total += t->nbytes();
+    step.emplace("quantizing to 4 bits", total);
+  }
 
   auto embd = ld.linear(pre + "embed_tokens", c.n_vocab, c.n_embd);
   if (!embd) return embd.error();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "orchid/util/load_progress.h"
 #include "orchid/util/thread_pool.h"
 
 namespace orchid::cpu {
@@ -92,11 +93,13 @@ std::unique_ptr<WeightCopy> WeightCopy::make(const Model& m, size_t min_bytes) {
   std::vector<std::span<const uint8_t>> files;
   if (m.checkpoint) files = m.checkpoint->mapped_bytes();
   for (const MappedFile& f : m.gguf) files.push_back(f.bytes());
+  LoadStep step("copying weights into 2 MiB pages", total);
   default_pool().parallel_for(int64_t(copies.size()), 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const auto& [src, where] = copies[size_t(i)];
       std::memcpy(static_cast<uint8_t*>(base) + where.first, src, where.second);
       release(src, where.second, files);
+      load_progress_add(where.second);
     }
   });
   for (const Piece& p : ps) *p.ptr = static_cast<uint8_t*>(base) + offset_of.at({*p.ptr, p.bytes});

@@ -9,6 +9,7 @@
 
 #include "orchid/backend/cuda/prefill/prefill_kernels.h"
 #include "orchid/util/bf16.h"
+#include "orchid/util/load_progress.h"
 
 namespace orchid::cuda {
 
@@ -118,6 +119,7 @@ Expected<DevMatrix> upload_stack(DeviceArena& arena, const std::vector<const Qua
     std::vector<uint32_t> pairs(size_t(rows) * groups);
     for (size_t i = 0; i < parts.size(); ++i) {
       const QuantMatrix& q = *parts[i];
+      load_progress_add(uint64_t(q.bytes()));
       ORCHID_TRY(
           copy_to(static_cast<uint8_t*>(*w) + i * rows * row_bytes, q.data, rows * row_bytes));
       for (size_t g = 0; g < pairs.size(); ++g)
@@ -139,6 +141,7 @@ Expected<DevMatrix> upload_stack(DeviceArena& arena, const std::vector<const Qua
   std::vector<float> row(static_cast<size_t>(cols));
   for (size_t i = 0; i < parts.size(); ++i) {
     const QuantMatrix& q = *parts[i];
+    load_progress_add(uint64_t(q.bytes()));
     std::fill(host.begin(), host.end(), uint16_t(0));
     for (int64_t r = 0; r < std::min<int64_t>(q.rows, rows); ++r) {
       q.dequant_row(r, row.data());
@@ -220,6 +223,9 @@ Status check_shapes(const ModelConfig& c) {
 }  // namespace
 
 Expected<std::unique_ptr<DeviceModel>> upload_model(const Model& model) {
+  uint64_t matrix_bytes = 0;
+  for_each_matrix(model.weights, [&](const QuantMatrix& q) { matrix_bytes += uint64_t(q.bytes()); });
+  LoadStep step("uploading weights to the GPU", matrix_bytes);
   const ModelConfig& c = model.config;
   ORCHID_TRY(check_shapes(c));
   auto dm = std::make_unique<DeviceModel>();
