@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "orchid/backend/cpu/fp8_matmul.h"
 #include "orchid/backend/cpu/qmatmul.h"
 #include "orchid/util/thread_pool.h"
 
@@ -68,6 +69,10 @@ void Matmul::many(std::initializer_list<Out> outs, const float* X, int64_t n) co
   thread_local QuantizedActs acts;
   bool quantized = false;
   for (const Out& o : outs) {
+    if (fast && fp8_supported(*o.W, isa)) {
+      fp8_matmul(*o.W, X, n, o.Y);
+      continue;
+    }
     if (!fast || !qmm_supported(*o.W)) {
       matmul(*o.W, X, n, o.Y);
       continue;
