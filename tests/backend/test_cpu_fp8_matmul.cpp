@@ -77,6 +77,38 @@ TEST(CpuFp8Matmul, MatchesTheExactPath) {
   }
 }
 
+// Dense bf16 / f16 matrices (an FP8 checkpoint's lm_head, an HF bf16 checkpoint) take the same
+// tiles with the widened elements: the same bound against the exact path.
+TEST(CpuFp8Matmul, DenseBf16AndF16MatchTheExactPath) {
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> g(0.f, 1.f);
+  for (DType t : {DType::BF16, DType::F16}) {
+    const int64_t rows = 45, cols = 336;
+    std::vector<uint16_t> w(size_t(rows * cols));
+    for (auto& e : w) e = t == DType::F16 ? uint16_t(_cvtss_sh(g(rng), 0)) : f32_to_bf16(g(rng));
+    QuantMatrix W;
+    W.rows = rows, W.cols = cols, W.format = WeightFormat::dense, W.dtype = t, W.bits = 16;
+    W.data = w.data();
+    if (!fp8_supported(W, detected_isa())) GTEST_SKIP() << "no AVX-512 here";
+    for (int64_t n : {1, 5, 8}) {
+      std::vector<float> X(size_t(n * cols));
+      for (auto& x : X) x = g(rng);
+      std::vector<float> got(size_t(n * rows)), want(got.size()), row(static_cast<size_t>(cols));
+      fp8_matmul(W, X.data(), n, got.data());
+      Matmul{false, CpuIsa::scalar}(W, X.data(), n, want.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        W.dequant_row(r, row.data());
+        for (int64_t k = 0; k < n; ++k) {
+          double mag = 0;
+          for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(row[size_t(c)]) * X[size_t(k * cols + c)]);
+          ASSERT_LE(std::fabs(double(got[size_t(k * rows + r)]) - want[size_t(k * rows + r)]), 1e-5 * mag)
+              << (t == DType::F16 ? "f16" : "bf16") << " row " << r << " token " << k;
+        }
+      }
+    }
+  }
+}
+
 // The fast Matmul sends FP8 matrices to the kernel (and its result is the kernel's).
 TEST(CpuFp8Matmul, TheFastMatmulTakesFp8) {
   std::vector<uint8_t> codes(64 * 128);

@@ -42,10 +42,44 @@ float scale_at(const QuantMatrix& W, int64_t i) {
   return f;
 }
 
+// 16 bf16 / f16 elements as fp32 (exact).
+inline __m512 bf16_16(const uint8_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 f16_16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// A dense bf16 / f16 matrix as the same tiles: one "block" the width of the row, scale 1.
+template <int RB, int TB, bool F16>
+void dense_tile(const QuantMatrix& W, const float* X, int64_t r, int64_t t0, float* Y) {
+  const int64_t cols = W.cols;
+  __m512 acc[RB][TB];
+  for (int i = 0; i < RB; ++i)
+    for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps();
+  const uint8_t* row[RB];
+  for (int i = 0; i < RB; ++i) row[i] = static_cast<const uint8_t*>(W.data) + (r + i) * cols * 2;
+  for (int64_t c = 0; c < cols; c += 16) {
+    __m512 w[RB];
+    for (int i = 0; i < RB; ++i) w[i] = F16 ? f16_16(row[i] + 2 * c) : bf16_16(row[i] + 2 * c);
+    for (int j = 0; j < TB; ++j) {
+      const __m512 x = _mm512_loadu_ps(X + (t0 + j) * cols + c);
+      for (int i = 0; i < RB; ++i) acc[i][j] = _mm512_fmadd_ps(w[i], x, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RB; ++i)
+    for (int j = 0; j < TB; ++j) Y[(t0 + j) * W.rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
 // Rows [r, r + RB) × activation rows [t0, t0 + TB): 16 columns a step, each row's 16 weights made
 // once (code × its block's scale) for the TB activation rows.
 template <int RB, int TB>
 void tile(const QuantMatrix& W, const float* X, int64_t r, int64_t t0, float* Y) {
+  if (!W.fp8()) {
+    return W.dtype == DType::F16 ? dense_tile<RB, TB, true>(W, X, r, t0, Y)
+                                 : dense_tile<RB, TB, false>(W, X, r, t0, Y);
+  }
   const int64_t cols = W.cols, blocks = (cols + W.group - 1) / W.group;
   __m512 acc[RB][TB];
   for (int i = 0; i < RB; ++i)
@@ -91,8 +125,9 @@ void rows(const QuantMatrix& W, const float* X, int64_t n, int64_t r0, int64_t r
 }  // namespace
 
 bool fp8_supported(const QuantMatrix& W, CpuIsa isa) {
-  return W.fp8() && W.cols % 16 == 0 && W.group % 16 == 0 && W.group > 0 && W.block_rows > 0 &&
-         (isa == CpuIsa::avx512_vnni || isa == CpuIsa::amx);
+  if (!(isa == CpuIsa::avx512_vnni || isa == CpuIsa::amx) || W.cols % 16 != 0 || !W.data) return false;
+  if (W.format == WeightFormat::dense) return W.dtype == DType::BF16 || W.dtype == DType::F16;
+  return W.fp8() && W.group % 16 == 0 && W.group > 0 && W.block_rows > 0;
 }
 
 void fp8_matmul(const QuantMatrix& W, const float* X, int64_t n, float* Y) {
