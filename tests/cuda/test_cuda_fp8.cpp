@@ -41,15 +41,7 @@ TEST(CudaFp8, TinyFp8ModelMatchesTheCpuOfItsBf16Rounding) {
   auto cpu = make_cpu_backend(rounded, {.kv = KvPrecision::bf16});
   std::vector<int32_t> ids;
   for (int i = 0; i < 64; ++i) ids.push_back(int32_t((i * 131 + 7) % (*m)->config.n_vocab));
-  auto run = [&](Backend& b) {
-    auto st = b.new_state(256);
-    std::vector<float> out;
-    EXPECT_TRUE(st.ok());
-    if (st.ok()) {
-      EXPECT_TRUE(b.forward(**st, ids, LogitsMode::all, out).ok());
-    }
-    return out;
-  };
+  auto run = [&](Backend& b) { return test::prompt_logits(b, ids); };
   const std::vector<float> want = run(*cpu), got = run(**cuda);
   ASSERT_EQ(got.size(), want.size());
   const int64_t V = (*m)->config.n_vocab;

@@ -43,6 +43,20 @@ std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& ids) {
   return out;
 }
 
+// The largest ‖got − want‖ / ‖want‖ over the positions (rows of V logits).
+double worst_rel_l2(const std::vector<float>& got, const std::vector<float>& want, size_t V) {
+  double worst = 0;
+  for (size_t p = 0; p < want.size() / V; ++p) {
+    double d = 0, n = 0;
+    for (size_t v = 0; v < V; ++v) {
+      const double a = got[p * V + v], b = want[p * V + v];
+      d += (a - b) * (a - b), n += b * b;
+    }
+    worst = std::max(worst, std::sqrt(d / n));
+  }
+  return worst;
+}
+
 std::vector<uint8_t> tiny_gguf_bytes(const Model& hf) {
   GgufFile f;
   std::deque<std::vector<uint8_t>> store;
@@ -65,16 +79,7 @@ TEST(GgufModel, AConvertedCheckpointGivesItsLogits) {
   const std::vector<float> want = logits_of(**hf, ids), got = logits_of(**g, ids);
   ASSERT_EQ(got.size(), want.size());
   ASSERT_FALSE(want.empty());
-  const size_t V = size_t((*hf)->config.n_vocab);
-  double worst = 0;
-  for (size_t p = 0; p < ids.size(); ++p) {
-    double d = 0, n = 0;
-    for (size_t v = 0; v < V; ++v) {
-      const double a = got[p * V + v], b = want[p * V + v];
-      d += (a - b) * (a - b), n += b * b;
-    }
-    worst = std::max(worst, std::sqrt(d / n));
-  }
+  const double worst = worst_rel_l2(got, want, size_t((*hf)->config.n_vocab));
   std::printf("[ gguf ] tiny: worst rel L2 against the safetensors checkpoint %.2e\n", worst);
   EXPECT_LE(worst, 1e-5);
   std::remove(path.c_str());
@@ -138,16 +143,7 @@ TEST(GgufModel, QuantizedFilesGiveTheLogitsOfTheirDequantizedTensors) {
     ASSERT_TRUE(f.ok()) << f.message();
     const std::vector<float> want = logits_of(**f, ids), got = logits_of(**q, ids);
     ASSERT_EQ(got.size(), want.size());
-    const size_t V = size_t(c.n_vocab);
-    double worst = 0;
-    for (size_t p = 0; p < ids.size(); ++p) {
-      double d = 0, n = 0;
-      for (size_t v = 0; v < V; ++v) {
-        const double a = got[p * V + v], b = want[p * V + v];
-        d += (a - b) * (a - b), n += b * b;
-      }
-      worst = std::max(worst, std::sqrt(d / n));
-    }
+    const double worst = worst_rel_l2(got, want, size_t(c.n_vocab));
     std::printf("[ gguf ] %s: worst rel L2 against its tensors dequantized to F32 %.2e\n", type, worst);
     EXPECT_LE(worst, 1e-3);
     std::remove(qpath.c_str());

@@ -193,6 +193,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   cp_async_wait<0>();  // nothing in flight when the block's shared memory goes
 }
 
+// The down kernels' activations: one warp quantises its slot's 512 values (act) into xq / xd and
+// takes its half warp lane sl's unit.
+__device__ __forceinline__ void quantize_act(const float* act, int4* xq, float2* xd, int sl,
+                                             XQuant<1>& q) {
+  constexpr int kWords = kDownUnits * 4;  // 8-element words of one activation row
+  const int lane = threadIdx.x & 31;
+  float v[kWords / 32][8];
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k) load_word(act, lane + 32 * k, kWords, v[k]);
+#pragma unroll
+  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
+  __syncwarp();
+  load_x_quant<1>(xq, xd, kDownUnits, sl, 16, q);
+}
+
 // Block: one warp per slot of the launch, kDownRows output rows; each half warp takes every
 // other row.
 // MoeParams, q4 down in groups of 64, 512 columns; act rows act_stride apart. Grid: a block
@@ -203,14 +218,13 @@ __global__ void __launch_bounds__(BATCHED ? 32 * 16 : 32 * 32)
     down_dp4a_kernel(const __grid_constant__ MoeParams p, int act_stride) {
   const int64_t so = BATCHED ? int64_t(blockIdx.y) * p.batch.stride : 0;
   constexpr DevFormat F = DevFormat::q4;
-  constexpr int kWords = kDownUnits * 4;  // 8-element words of one activation row
   // Per warp (slot): its activations' codes and (d, sum) pairs.
   extern __shared__ int4 smem[];
   int4* xq = smem + (threadIdx.x >> 5) * 4 * kDownUnits;
   float2* xd =
       reinterpret_cast<float2*>(smem + p.n_slot * 4 * kDownUnits) + (threadIdx.x >> 5) * kDownUnits;
   __shared__ float part[32][kDownRows];
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = p.slot_begin + w;
+  const int w = threadIdx.x >> 5, slot = p.slot_begin + w;
   const SubGroup sg(16);
   int r0 = blockIdx.x * kDownRows;
   // Batched: the slot's blocks walk its row blocks (r0, r0 + G · kDownRows, …), the next block's
@@ -234,15 +248,8 @@ __global__ void __launch_bounds__(BATCHED ? 32 * 16 : 32 * 32)
   grid_dep_wait();
   grid_dep_release();
   if (p.halt && p.halt[so]) return;
-  float v[kWords / 32][8];
-#pragma unroll
-  for (int k = 0; k < kWords / 32; ++k)
-    load_word(p.act + so + w * act_stride, lane + 32 * k, kWords, v[k]);
-#pragma unroll
-  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
-  __syncwarp();
   XQuant<1> q;
-  load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
+  quantize_act(p.act + so + w * act_stride, xq, xd, sg.sl, q);
   for (; r0 < p.n_embd; r0 += r_step) {
     RowUnits<1> next[kDownRows / 2] = {};
     if (BATCHED && r0 + r_step < p.n_embd) load_rows(r0 + r_step, next);
@@ -291,7 +298,6 @@ __global__ void __launch_bounds__(32 * 16)
     down_staged_kernel(const __grid_constant__ MoeParams p, int act_stride) {
   const int64_t so = int64_t(blockIdx.y) * p.batch.stride;
   constexpr DevFormat F = DevFormat::q4;
-  constexpr int kWords = kDownUnits * 4;  // 8-element words of one activation row
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = p.slot_begin + w;
   // This block's row blocks r_first, r_first + r_step, … (mine of them; rounds at most a block).
   const int r_step = int(gridDim.x) * kDownRows, r_first = int(blockIdx.x) * kDownRows;
@@ -333,15 +339,8 @@ __global__ void __launch_bounds__(32 * 16)
     cp_async_wait<0>();
     return;
   }
-  float v[kWords / 32][8];
-#pragma unroll
-  for (int k = 0; k < kWords / 32; ++k)
-    load_word(p.act + so + w * act_stride, lane + 32 * k, kWords, v[k]);
-#pragma unroll
-  for (int k = 0; k < kWords / 32; ++k) quantize_word(v[k], lane + 32 * k, kWords, xq, xd, nullptr);
-  __syncwarp();
   XQuant<1> q;
-  load_x_quant<1>(xq, xd, kDownUnits, sg.sl, 16, q);
+  quantize_act(p.act + so + w * act_stride, xq, xd, sg.sl, q);
   for (int k = 0; k < mine; ++k) {
     issue(k + STAGES - 1);
     cp_async_wait<STAGES - 1>();
