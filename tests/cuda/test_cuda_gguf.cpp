@@ -14,9 +14,7 @@
 #include "cuda_test_util.h"
 #include "orchid/backend/cpu/cpu_backend.h"
 #include "orchid/backend/cuda/cuda_backend_impl.h"
-#include "orchid/model/gguf_export.h"
 #include "orchid/model/model.h"
-#include "orchid/model/synth.h"
 
 namespace orchid {
 namespace {
@@ -75,50 +73,6 @@ TEST(CudaGguf, Q8_0FileMatchesTheCpu) {
 TEST(CudaGguf, Q4_0FileMatchesTheCpu) {
   ORCHID_REQUIRE_GPU();
   check(GgmlType::Q4_0, "tiny-q4_0.gguf");
-}
-
-// The decode kernels on K-quant rows (issue 34): a Q4_K_M-mix file of a model whose rows fill
-// 256-value blocks (hidden 256: Q4_K as 4-bit groups of 32, Q5_K / Q6_K / Q8_0 as 8-bit groups of
-// 32 / 16 / 32) decoded a token a step (the chunked prefill off, so every position runs the
-// decode step's GEMVs and expert kernels) against the CPU with CUDA's bf16 KV cache: the same
-// bound and top-1 share as the prefill comparison above.
-TEST(CudaGguf, KQuantFileDecodesAsTheCpu) {
-  ORCHID_REQUIRE_GPU();
-  ModelConfig c = *builtin_config("tiny");
-  c.n_embd = 256, c.n_ff_exp = 256, c.n_ff_shexp = 256;
-  const std::string dir = ::testing::TempDir() + "orchid-cuda-k256";
-  ASSERT_TRUE(synth_checkpoint(c, SynthLayout::hf, dir, 9).ok());
-  auto src = load_model(dir);
-  ASSERT_TRUE(src.ok()) << src.message();
-  GgufExportOptions o;
-  o.types.matrices = uint32_t(GgmlType::Q4_K), o.types.q4_k_m = true;
-  const std::string path = ::testing::TempDir() + "k256-q4_k_m.gguf";
-  ASSERT_TRUE(export_gguf((*src)->config, (*src)->weights, path, o).ok());
-  auto m = load_model(path);
-  ASSERT_TRUE(m.ok()) << m.message();
-  auto cuda = make_cuda_backend(**m);
-  ASSERT_TRUE(cuda.ok()) << cuda.message();
-  static_cast<cuda::CudaBackend&>(**cuda).switches().prefill = false;  // a decode step a token
-  auto cpu_kv16 = make_cpu_backend(**m, {.kv = KvPrecision::bf16});
-  std::vector<int32_t> ids;
-  for (int i = 0; i < 48; ++i) ids.push_back(int32_t((i * 131 + 7) % c.n_vocab));
-  auto run = [&](Backend& b) { return test::prompt_logits(b, ids); };
-  const std::vector<float> want = run(*cpu_kv16), got = run(**cuda);
-  ASSERT_EQ(got.size(), want.size());
-  const int64_t V = c.n_vocab;
-  std::vector<double> rel;
-  int same = 0;
-  for (size_t p = 0; p < ids.size(); ++p) {
-    rel.push_back(test::rel_l2(got.data() + p * V, want.data() + p * V, V));
-    same += test::argmax(got.data() + p * V, V) == test::argmax(want.data() + p * V, V);
-  }
-  std::sort(rel.begin(), rel.end());
-  std::printf("[ cuda gguf ] k-quant decode: rel L2 vs CPU (bf16 KV) median %.2e, 75th %.2e, worst "
-              "%.2e, top-1 %d/%zu\n", rel[rel.size() / 2], rel[rel.size() * 3 / 4], rel.back(), same,
-              ids.size());
-  EXPECT_LE(rel[rel.size() * 3 / 4], 1e-2);
-  EXPECT_GE(same, int(ids.size() * 9 / 10));
-  std::remove(path.c_str());
 }
 
 }  // namespace

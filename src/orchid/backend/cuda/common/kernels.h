@@ -255,9 +255,6 @@ bool sm90a_kernel_runs(const void* kernel, size_t smem);
 // the earlier fp32 kernels (the ablation). Process-wide; the backend sets it from its switch.
 bool dp4a_enabled();
 void set_dp4a_enabled(bool on);
-// Whether m's group suits the batch-1 dp4a kernels, which read each unit's (scale, bias) by its
-// group: a whole number of units up to 64 (q4 32 or 64, q8 16, 32 or 64).
-bool dp4a_group(const DevMatrix& m);
 // The batched decode's q4 GEMVs on the int8 tensor cores (decode/gemv_slots_mma.cu, and the
 // lm_head's decode/lm_head_slots.cu) instead of dp4a; off: ORCHID_SLOT_MMA=0.
 bool slot_mma_enabled();

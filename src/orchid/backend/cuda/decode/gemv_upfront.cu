@@ -212,12 +212,6 @@ Expected<bool> launch_rows(const GemvParams& p, int total, cudaStream_t s) {
 
 }  // namespace
 
-bool dp4a_group(const DevMatrix& m) {
-  const int unit = unit_elems(m.fmt);
-  return (m.fmt == DevFormat::q4 || m.fmt == DevFormat::q8) && m.group >= unit && m.group <= 64 &&
-         m.group % unit == 0;
-}
-
 bool dp4a_enabled() {
   return g_dp4a.load(std::memory_order_relaxed);
 }
@@ -232,12 +226,7 @@ Status launch_quantize_slots(const GemvParams& p, bool word_sums, cudaStream_t s
 
 Expected<bool> launch_upfront_gemv(const GemvParams& p, cudaStream_t s) {
   const DevMatrix& m = p.task[0].m;
-  if (!dp4a_enabled() || p.epilogue != GemvEpilogue::store) return false;
-  // A lane's unit takes the (scale, bias) of its group (load_units), so any group that is a whole
-  // number of units works: q4 groups of 32 or 64, q8 of 16, 32 or 64 (GGUF's Q4_K, Q5_K, Q6_K,
-  // Q8_0 and MLX's 64).
-  for (int t = 0; t < p.n_task; ++t)
-    if (!dp4a_group(p.task[t].m)) return false;
+  if (!dp4a_enabled() || p.epilogue != GemvEpilogue::store || m.group != 64) return false;
   int total = 0;
   for (int t = 0; t < p.n_task; ++t) total += p.task[t].m.rows;
   // ROWS: registers for the rows' loads beside x̂ (≤ 128 per thread, two blocks per SM).

@@ -387,15 +387,10 @@ std::atomic<bool> g_staged_down{true};
 bool q4_group64(const DevMatrix& m) {
   return m.fmt == DevFormat::q4 && m.group == 64;
 }
-// The batch-1 kernels read each unit's group (load_units): q4 groups of 32 too (GGUF's Q4_K). The
-// batched gate/up and the staged down lay out groups of 64 and take only those.
-bool q4_dp4a(const DevMatrix& m) {
-  return m.fmt == DevFormat::q4 && dp4a_group(m);
-}
 
 // Pairs per warp when the dp4a gate/up kernel takes p (one wave), else 0.
 int gate_up_pairs_per_warp(const MoeParams& p) {
-  if (!dp4a_enabled() || !q4_dp4a(p.gate) || !q4_dp4a(p.up) || p.gate.units != kGateUpUnits ||
+  if (!dp4a_enabled() || !q4_group64(p.gate) || !q4_group64(p.up) || p.gate.units != kGateUpUnits ||
       p.n_ff <= 0)
     return 0;
   return rows_per_warp_one_wave(reinterpret_cast<const void*>(gate_up_dp4a_kernel<kPairs>),
@@ -461,10 +456,7 @@ Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
   if (ppw == 0) return false;
   const int total = p.n_slot * p.n_ff;
   int blocks = (total + kWarps * ppw - 1) / (kWarps * ppw);
-  if (p.batch.slots > 1) {
-    if (!q4_group64(p.gate) || !q4_group64(p.up)) return false;
-    return launch_staged(p, total, s);
-  }
+  if (p.batch.slots > 1) return launch_staged(p, total, s);
   if (Status st = launch("moe gate/up (dp4a)", gate_up_dp4a_kernel<kPairs>, dim3(blocks),
                          dim3(kThreads), 0, s, p, ppw, act_stride_of(p));
       !st.ok())
@@ -475,7 +467,7 @@ Expected<bool> launch_moe_gate_up_dp4a(const MoeParams& p, cudaStream_t s) {
 Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
   // The down kernel reads sel before its dependency wait, which only the dp4a gate/up launch
   // allows (it publishes sel before letting dependents start): pair the two.
-  if (gate_up_pairs_per_warp(p) == 0 || !q4_dp4a(p.down) || p.down.units != kDownUnits)
+  if (gate_up_pairs_per_warp(p) == 0 || !q4_group64(p.down) || p.down.units != kDownUnits)
     return false;
   int blocks = (p.n_embd + kDownRows - 1) / kDownRows;
   const size_t smem = size_t(p.n_slot) * kDownUnits * (4 * sizeof(int4) + sizeof(float2));
@@ -488,8 +480,7 @@ Expected<bool> launch_moe_down_dp4a(const MoeParams& p, cudaStream_t s) {
                                                  32 * p.n_slot, smem);
     blocks = std::max(1, std::min(blocks, fit / p.batch.slots));
   }
-  if (p.batch.slots > 1 && staged_down_enabled() && q4_group64(p.down) &&
-      p.n_embd % kDownRows == 0) {
+  if (p.batch.slots > 1 && staged_down_enabled() && p.n_embd % kDownRows == 0) {
     Expected<bool> done = launch_down_staged<kDownStages>(p, s);
     if (!done || *done) return done;  // else the register form below
   }

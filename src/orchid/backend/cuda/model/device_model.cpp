@@ -69,26 +69,6 @@ uint16_t to_bf16_bits(const void* base, DType t, int64_t i) {
   }
 }
 
-// Group g's (scale, bias) as the kernels' bf16 pair (scale low, bias high). bf16 sources pass
-// unchanged. Wider ones (GGUF's f16 / f32 scales) round the scale, then take the bias that keeps
-// the middle code's value (bias + (scale − bf16 scale) · 2^(bits−1)): a symmetric type's bias is
-// −2^(bits−1) · scale (Q8_0: −128 d), and rounding the two apart would shift every weight of the
-// group by up to a quarter step; this way its pair is exactly bf16(d) · (code − 128).
-uint32_t bf16_scale_bias(const QuantMatrix& q, int64_t g) {
-  const uint16_t s16 = to_bf16_bits(q.scales, q.dtype, g);
-  if (q.dtype == DType::BF16) return uint32_t(s16) | uint32_t(to_bf16_bits(q.biases, q.dtype, g)) << 16;
-  float s = 0, b = 0;
-  if (q.dtype == DType::F32) {
-    s = static_cast<const float*>(q.scales)[g], b = static_cast<const float*>(q.biases)[g];
-  } else {
-    s = f16_to_f32(static_cast<const uint16_t*>(q.scales)[g]);
-    b = f16_to_f32(static_cast<const uint16_t*>(q.biases)[g]);
-  }
-  const float mid = float(1 << (q.bits - 1));
-  const float kept = b + (s - bf16_to_f32(s16)) * mid;
-  return uint32_t(s16) | uint32_t(f32_to_bf16(kept)) << 16;
-}
-
 // Stacks `parts` (each padded to `rows` rows and `cols` columns) into one device matrix. Parts
 // that are all affine with one bit width and group and the exact shape keep their codes;
 // anything else (or `dense`) becomes bf16 (exact for bf16 sources; quantized ones are dequantized
@@ -123,7 +103,8 @@ Expected<DevMatrix> upload_stack(DeviceArena& arena, const std::vector<const Qua
       ORCHID_TRY(
           copy_to(static_cast<uint8_t*>(*w) + i * rows * row_bytes, q.data, rows * row_bytes));
       for (size_t g = 0; g < pairs.size(); ++g)
-        pairs[g] = bf16_scale_bias(q, int64_t(g));
+        pairs[g] = uint32_t(to_bf16_bits(q.scales, q.dtype, int64_t(g))) |
+                   (uint32_t(to_bf16_bits(q.biases, q.dtype, int64_t(g))) << 16);
       ORCHID_TRY(
           copy_to(static_cast<uint32_t*>(*sb) + i * pairs.size(), pairs.data(), pairs.size() * 4));
     }
