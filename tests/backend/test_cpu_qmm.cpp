@@ -154,12 +154,18 @@ TEST(CpuQmm, KernelsMatchTheScalarArithmeticAndTheExactProduct) {
 }
 
 // Rows past 1,024 columns take the decode kernels' long-row forms (the AVX-512 nibble planes for
-// 4-bit codes), rows up to it the short-row forms: both, for one and several activation rows.
+// 4-bit codes, in pairs of 64-column blocks), rows up to it the short-row forms: both, for one
+// and several activation rows; an odd count of blocks (1,088 columns) leaves one block unpaired,
+// and groups under and over 64 take the planes' other scale forms.
 TEST(CpuQmm, LongAndShortRowsOfTheRealShapes) {
   std::mt19937 rng(35);
   for (int bits : {4, 8})
-    for (int64_t cols : {512, 1024, 2048, 4096})
+    for (int64_t cols : {512, 1024, 1088, 2048, 4096})
       for (int64_t n : {1, 2}) check_shape(rng, bits, 64, ScaleType::bf16, n, cols, 23);
+  for (int group : {16, 32, 128})
+    for (int64_t cols : {group == 128 ? 1152 : 1088, 2048})
+      for (ScaleType st : {ScaleType::f32, ScaleType::f16})
+        check_shape(rng, 4, group, st, 1, cols, 19);
 }
 
 TEST(CpuQmm, SupportedShapesAndFallbacks) {

@@ -75,9 +75,9 @@ QmmActs QuantizedActs::view(int group) {
   if (n_ == 1) {
     if (planes_.size() != q_.size()) {
       planes_.resize(q_.size());
-      for (int64_t b = 0; b < cols_; b += 64)
-        for (int e = 0; e < 64; ++e)
-          planes_[size_t(b + qmm_plane_position(e))] = q_[size_t(b + qmm_act_position(e))];
+      for (int64_t e = 0; e < cols_; ++e)
+        planes_[size_t(qmm_plane_position(e, cols_))] =
+            q_[size_t(e / 64 * 64 + qmm_act_position(int(e % 64)))];
     }
     a.planes = planes_.data();
   }

@@ -7,6 +7,9 @@
 // (CMakeLists.txt); only called when the CPU has them (isa.h).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "orchid/backend/cpu/qmm_kernels.h"
 
 namespace orchid::cpu {
@@ -117,13 +120,18 @@ void wide_groups_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y)
   for (int i = 0; i < R; ++i) Y[r + i] = _mm512_reduce_add_ps(acc[i]) + bias_dot(b[i], X.xsum, ng);
 }
 
-// Lanes [0, n) of row r's scales (or biases) at `p` as fp32, n <= 16.
-inline __m512 row_vector(const void* p, ScaleType t, int64_t r, int64_t n) {
+// n <= 16 scales (or biases) from element i of `p`, as fp32; lanes past n zero.
+inline __m512 scale_vector(const void* p, ScaleType t, int64_t i, int64_t n) {
   const __mmask16 m = __mmask16((1u << n) - 1);
-  if (t == ScaleType::f32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + r * n);
-  const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + r * n);
+  if (t == ScaleType::f32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
   return t == ScaleType::bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
                               : _mm512_cvtph_ps(h);
+}
+
+// Lanes [0, n) of row r's scales (or biases) at `p` as fp32, n <= 16.
+inline __m512 row_vector(const void* p, ScaleType t, int64_t r, int64_t n) {
+  return scale_vector(p, t, r * n, n);
 }
 
 // Four rows of at most 16 groups of 64 (the experts' down: 512 columns) against one activation
@@ -149,61 +157,105 @@ void short_rows4(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
   for (int i = 0; i < 4; ++i) Y[r + i] = _mm512_reduce_add_ps(acc[i]);
 }
 
-// R rows of 4-bit codes against one activation row in nibble-plane order, on 256-bit vectors:
-// a block's 32 code bytes load as 16 words, each word's four nibbles (columns 4j .. 4j + 3) are
-// split by shift and mask into four planes of 16 int16, and four 256-bit vpdpwssd sum them with
-// the activation planes into 8 int32 lanes (lane m: columns 8m .. 8m + 7). Zen 4 runs a 512-bit
-// operation as two 256-bit halves, so this form issues fewer operations than widening the codes
-// to 512-bit int16 vectors (wide_groups_row): a 131,072 x 2,048 matrix on one thread 13.5-13.8
-// → 15.6-16.0 GB/s, on two 28 → 29-32. Rows of 512 columns stay with short_rows4 (30 GB/s
-// against 19 here); interleaving 2 or 4 rows here was slower (15 GB/s).
+// A row of 4-bit codes against one activation row in nibble-plane order (QmmActs::planes): a
+// pair of blocks' 64 code bytes load as 32 words, each word's four nibbles (columns 4j .. 4j + 3)
+// are split by shift and mask into four planes of 32 int16, and four vpdpwssd sum them with the
+// activation planes into 16 int32 lanes (lanes 0-7: the first block, columns 8m .. 8m + 7; lanes
+// 8-15: the second). Each lane's scale (weight scale x activation scale) is one fp32 FMA a pair.
+// The row's scales and biases are read as stored, 16 groups a vector: no staging pass.
+// Measured on Zen 5 (full-width 512-bit units), a 131,072 x 2,048 matrix on two threads: the
+// 256-bit form of the same planes (chosen on Zen 4, whose halved 512-bit units made it issue
+// fewer operations: 15.6-16.0 GB/s a thread there) ran 27.3 GB/s here, this one 36-41. Two rows
+// sharing the activation loads measured no faster (one thread, 512 x 2,048 in L2: 25.5-27 GB/s
+// against 26.5-29), nor did one accumulator against two.
+template <bool kSmallGroups>
 void plane_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
-  constexpr int R = 1;
-  const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group;
-  const __m256i m4 = _mm256_set1_epi16(0x0F);
-  alignas(32) int32_t idx_arr[8];
-  for (int l = 0; l < 8; ++l) idx_arr[l] = W.group < 64 ? 8 * l / W.group : 0;
-  const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(idx_arr));
-  alignas(64) float s[R][kQmmMaxGroups + 8], b[R][kQmmMaxGroups + 8];
-  const uint8_t* row[R];
-  __m256 acc[R];
-  for (int i = 0; i < R; ++i) {
-    row_params(W, r + i, s[i], b[i]);
-    for (int j = 0; j < 8; ++j) s[i][ng + j] = 0.f;
-    row[i] = W.codes + (r + i) * cols / 2;
-    acc[i] = _mm256_setzero_ps();
+  const int64_t cols = W.cols, nk = cols / 64, ng = cols / W.group, np = nk / 2;
+  const uint8_t* row = W.codes + r * cols / 2;
+  const __m512i m4 = _mm512_set1_epi16(0x0F);
+  // Lane l of a pair: block l / 8, its columns 8 (l % 8) ...
+  alignas(64) int32_t pair_arr[16], group_arr[16];
+  for (int l = 0; l < 16; ++l)
+    pair_arr[l] = l / 8, group_arr[l] = kSmallGroups ? (64 * (l / 8) + 8 * (l % 8)) / W.group : 0;
+  const __m512i pair_idx = _mm512_load_si512(pair_arr), group_idx = _mm512_load_si512(group_arr);
+  // Per block k: scale x activation scale (groups of 64 or more); the bias dot on the way.
+  alignas(64) float sd[kQmmMaxCols / 64 + 16], s[kQmmMaxGroups + 16];
+  __m512 bacc = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; g += 16) {
+    const int64_t n = std::min<int64_t>(16, ng - g);
+    const __mmask16 m = __mmask16((1u << n) - 1);
+    const __m512 sv = scale_vector(W.scales, W.scale_type, r * ng + g, n);
+    bacc = _mm512_fmadd_ps(scale_vector(W.biases, W.scale_type, r * ng + g, n),
+                           _mm512_maskz_loadu_ps(m, X.xsum + g), bacc);
+    if (kSmallGroups) _mm512_storeu_ps(s + g, sv);
+    else if (W.group == 64)
+      _mm512_storeu_ps(sd + g, _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(m, X.d + g)));
+    else _mm512_storeu_ps(s + g, sv);
   }
-  for (int64_t k = 0; k < nk; ++k) {
+  if (!kSmallGroups && W.group > 64)
+    for (int64_t k = 0; k < nk; ++k) sd[k] = s[64 * k / W.group] * X.d[k];
+  if (kSmallGroups)
+    for (int i = 0; i < 16; ++i) s[ng + i] = 0.f;  // a pair's scale vector reads 16
+  // Pair p's products, scaled.
+  auto pair = [&](int64_t p) {
+    const __m512i v = _mm512_loadu_si512(row + 64 * p);
+    const int16_t* x = X.planes + 128 * p;
+    __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, m4),
+                                    _mm512_loadu_si512(x));
+    t = _mm512_dpwssd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                            _mm512_loadu_si512(x + 32));
+    t = _mm512_dpwssd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(v, 8), m4),
+                            _mm512_loadu_si512(x + 64));
+    t = _mm512_dpwssd_epi32(t, _mm512_srli_epi16(v, 12), _mm512_loadu_si512(x + 96));
+    __m512 sc;
+    if (kSmallGroups)
+      sc = _mm512_mul_ps(_mm512_permutexvar_ps(group_idx, _mm512_loadu_ps(s + 128 * p / W.group)),
+                         _mm512_permutexvar_ps(pair_idx, _mm512_maskz_loadu_ps(3, X.d + 2 * p)));
+    else
+      sc = _mm512_permutexvar_ps(pair_idx, _mm512_maskz_loadu_ps(3, sd + 2 * p));
+    return std::pair{_mm512_cvtepi32_ps(t), sc};
+  };
+  // Two accumulators: one FMA chain (4 cycles a step) bounded a pair's ~3 cycles of work.
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + 2 <= np; p += 2) {
+    const auto [t0, s0] = pair(p);
+    const auto [t1, s1] = pair(p + 1);
+    acc0 = _mm512_fmadd_ps(t0, s0, acc0);
+    acc1 = _mm512_fmadd_ps(t1, s1, acc1);
+  }
+  if (p < np) {
+    const auto [t0, s0] = pair(p);
+    acc0 = _mm512_fmadd_ps(t0, s0, acc0);
+  }
+  float y = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), bacc));
+  if (nk % 2) {  // the unpaired last block: planes of 16 at 16k, four 256-bit products
+    const int64_t k = nk - 1;
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * k));
     const __m256i* xp = reinterpret_cast<const __m256i*>(X.planes + 64 * k);
-    const __m256i x0 = _mm256_loadu_si256(xp), x1 = _mm256_loadu_si256(xp + 1);
-    const __m256i x2 = _mm256_loadu_si256(xp + 2), x3 = _mm256_loadu_si256(xp + 3);
-    const __m256 dk = _mm256_set1_ps(X.d[k]);
-    for (int i = 0; i < R; ++i) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + 32 * k));
-      __m256i t = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_and_si256(v, m4), x0);
-      t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), x1);
-      t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 8), m4), x2);
-      t = _mm256_dpwssd_epi32(t, _mm256_srli_epi16(v, 12), x3);
-      const __m256 sc =
-          W.group >= 64
-              ? _mm256_set1_ps(s[i][64 * k / W.group] * X.d[k])
-              : _mm256_mul_ps(
-                    _mm256_permutevar8x32_ps(_mm256_loadu_ps(s[i] + 64 * k / W.group), idx), dk);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), sc, acc[i]);
-    }
+    const __m256i m = _mm256_set1_epi16(0x0F);
+    __m256i t = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_and_si256(v, m),
+                                    _mm256_loadu_si256(xp));
+    t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 4), m),
+                            _mm256_loadu_si256(xp + 1));
+    t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 8), m),
+                            _mm256_loadu_si256(xp + 2));
+    t = _mm256_dpwssd_epi32(t, _mm256_srli_epi16(v, 12), _mm256_loadu_si256(xp + 3));
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), t);
+    for (int l = 0; l < 8; ++l)
+      y += float(lanes[l]) * (kSmallGroups ? s[(64 * k + 8 * l) / W.group] * X.d[k] : sd[k]);
   }
-  for (int i = 0; i < R; ++i) {
-    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-    __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    q = _mm_add_ss(q, _mm_movehdup_ps(q));
-    Y[r + i] = _mm_cvtss_f32(q) + bias_dot(b[i], X.xsum, ng);
-  }
+  Y[r] = y;
 }
 
 // One activation row: codes streamed once.
 void rows_one_token(const QmmWeights& W, const QmmActs& X, int64_t r0, int64_t r1, float* Y) {
   if (W.bits == 4 && X.planes && !(W.group == 64 && W.cols <= 1024)) {
-    for (int64_t r = r0; r < r1; ++r) plane_row(W, X, r, Y);
+    if (W.group < 64)
+      for (int64_t r = r0; r < r1; ++r) plane_row<true>(W, X, r, Y);
+    else
+      for (int64_t r = r0; r < r1; ++r) plane_row<false>(W, X, r, Y);
     return;
   }
   if (W.group >= 64) {

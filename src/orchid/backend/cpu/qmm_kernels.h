@@ -38,14 +38,18 @@ struct QmmActs {
   const float* d = nullptr;     // [n, cols / 64]
   bool row_scale = false;       // every block of a row has the same d (several rows: prefill)
   const float* xsum = nullptr;  // [n, cols / group] for the matrix's group
-  // One row (decode) also in nibble-plane order, for 4-bit codes read as 16-bit words: within a
-  // 64-column block, plane k (k < 4) holds columns 4j + k, j < 16 (qmm_plane_position).
+  // One row (decode) also in nibble-plane order, for 4-bit codes read as 16-bit words: within
+  // each pair of 64-column blocks, plane k (k < 4) holds columns 4j + k of the first block then
+  // of the second (j < 16: 32 values, one 512-bit vector); a last unpaired block holds its plane
+  // k's 16 values at 16k (qmm_plane_position).
   const int16_t* planes = nullptr;  // [cols] when n == 1
 };
 
-// Position within a 64-column block of column e in the nibble-plane order.
-static inline int qmm_plane_position(int e) {
-  return (e % 4) * 16 + e / 4;
+// Position of column e (< cols) in the nibble-plane order.
+static inline int64_t qmm_plane_position(int64_t e, int64_t cols) {
+  const int64_t pair = e / 128, c = e % 128, h = c / 64, k = c % 64 % 4, j = c % 64 / 4;
+  if (128 * pair + 128 > cols) return 128 * pair + 16 * k + j;  // the unpaired last block
+  return 128 * pair + 32 * k + 16 * h + j;
 }
 
 // Y[t * ldy + r] = row r of W · activation row t, for r in [r0, r1), t < X.n.
