@@ -168,6 +168,50 @@ TEST(CpuQmm, LongAndShortRowsOfTheRealShapes) {
         check_shape(rng, 4, group, st, 1, cols, 19);
 }
 
+// The vectorised quantizer against its definition: int16 = x / d rounded to nearest even, d =
+// max|x| / 32767 per 64-column block (one row) or per row (several), even columns of a block
+// first; ties (x / d exactly k + 0.5) included.
+TEST(CpuQmm, ActivationsQuantizeAsDefined) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (int64_t n : {1, 3})
+    for (int64_t cols : {64, 192}) {
+      std::vector<float> x(size_t(n * cols));
+      for (float& v : x) v = nd(rng);
+      x[5] = 0.f, x[6] = -x[7];
+      QuantizedActs acts;
+      acts.quantize(x.data(), n, cols);
+      const QmmActs a = acts.view(64);
+      for (int64_t t = 0; t < n; ++t) {
+        float row_amax = 0.f;
+        for (int64_t e = 0; e < cols; ++e) row_amax = std::max(row_amax, std::fabs(x[size_t(t * cols + e)]));
+        for (int64_t k = 0; k < cols / 64; ++k) {
+          const float* xb = x.data() + t * cols + 64 * k;
+          float amax = row_amax;
+          if (n == 1) {
+            amax = 0.f;
+            for (int e = 0; e < 64; ++e) amax = std::max(amax, std::fabs(xb[e]));
+          }
+          ASSERT_EQ(a.d[t * (cols / 64) + k], amax / 32767.f);
+          const float inv = 32767.f / amax;
+          for (int e = 0; e < 64; ++e)
+            ASSERT_EQ(a.q[t * cols + 64 * k + qmm_act_position(e)],
+                      int16_t(std::nearbyint(xb[e] * inv)))
+                << "row " << t << " column " << 64 * k + e;
+        }
+      }
+    }
+  // A tie rounds to even: with max|x| = 32767, x = 2.5 quantizes to 2 and 3.5 to 4.
+  std::vector<float> tie(64, 0.f);
+  tie[0] = 32767.f, tie[2] = 2.5f, tie[4] = 3.5f, tie[3] = -2.5f;
+  QuantizedActs acts;
+  acts.quantize(tie.data(), 1, 64);
+  const QmmActs a = acts.view(64);
+  EXPECT_EQ(a.q[qmm_act_position(2)], 2);
+  EXPECT_EQ(a.q[qmm_act_position(4)], 4);
+  EXPECT_EQ(a.q[qmm_act_position(3)], -2);
+}
+
 TEST(CpuQmm, SupportedShapesAndFallbacks) {
   QuantMatrix m;
   m.format = WeightFormat::affine, m.bits = 4, m.group = 64, m.rows = 8, m.cols = 128;
