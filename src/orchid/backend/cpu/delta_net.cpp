@@ -6,6 +6,7 @@
 
 #include "orchid/backend/cpu/cpu_layers.h"
 #include "orchid/backend/cpu/ops.h"
+#include "orchid/util/scratch.h"
 #include "orchid/util/thread_pool.h"
 
 namespace orchid::cpu {
@@ -27,7 +28,7 @@ void delta_net_forward(const Matmul& mm, const ModelConfig& c, const DeltaNetWei
   const int64_t hk = c.lin_n_head_k, hv = c.lin_n_head_v;
   const int64_t dk = c.lin_head_dim_k, dv = c.lin_head_dim_v;
   const int64_t kd = c.lin_key_dim(), vd = c.lin_value_dim();
-  std::vector<float> qkv(T * C), z(T * vd), b(T * hv), a(T * hv);
+  Scratch<float> qkv(T * C), z(T * vd), b(T * hv), a(T * hv);
   mm.many({{&w.in_proj_qkv, qkv.data()},
            {&w.in_proj_z, z.data()},
            {&w.in_proj_b, b.data()},
@@ -64,7 +65,7 @@ void delta_net_forward(const Matmul& mm, const ModelConfig& c, const DeltaNetWei
   }
 
   // Recurrence per value head j (key head j / (hv/hk)); o [T, vd] then gated RMSNorm.
-  std::vector<float> o(T * vd);
+  Scratch<float> o(T * vd);  // every element written by the recurrence
   const int64_t ratio = hv / hk;
   default_pool().parallel_for(hv, 1, [&](int64_t j0, int64_t j1) {
     std::vector<float> mem(dv);

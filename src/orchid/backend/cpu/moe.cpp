@@ -10,6 +10,7 @@
 #include "orchid/backend/cpu/cpu_layers.h"
 #include "orchid/backend/cpu/ops.h"
 #include "orchid/backend/cpu/qmatmul.h"
+#include "orchid/util/scratch.h"
 #include "orchid/util/thread_pool.h"
 
 namespace orchid::cpu {
@@ -28,7 +29,7 @@ void swiglu_ffn(const Matmul& mm, const QuantMatrix& gate, const QuantMatrix& up
 // One expert's share of a chunk on the fast path: its tokens' rows in, its output rows out.
 struct ExpertRun {
   const QuantMatrix *gate, *up, *down;
-  std::vector<float> x, g, u, y;  // [n, H], [n, I], [n, I] (then the SwiGLU), [n, H]
+  Scratch<float> x, g, u, y;  // [n, H], [n, I], [n, I] (then the SwiGLU), [n, H]
   QuantizedActs xq, hq;
   int64_t n = 0;
 };
@@ -90,7 +91,7 @@ bool fast_ffn(const QuantMatrix& gate, const QuantMatrix& up, const QuantMatrix&
 void moe_forward(const Matmul& mm, const ModelConfig& c, const MoeWeights& w, const float* x,
                  int64_t T, float* out) {
   const int64_t H = c.n_embd, E = c.n_expert, k = c.n_expert_used;
-  std::vector<float> logits(T * E);
+  Scratch<float> logits(T * E);
   mm(w.router, x, T, logits.data());
 
   // Route: softmax over experts, top-k (ties to the lower id), renormalise the k weights.
@@ -112,7 +113,8 @@ void moe_forward(const Matmul& mm, const ModelConfig& c, const MoeWeights& w, co
   }
 
   std::fill(out, out + T * H, 0.f);
-  std::vector<float> shared(T * H), sg(T);
+  Scratch<float> shared(T * H);
+  std::vector<float> sg(T);
   bool fast = mm.fast && fast_ffn(w.shared_gate, w.shared_up, w.shared_down);
   for (int64_t e = 0; fast && e < E; ++e)
     fast = rows_of[size_t(e)].empty() ||
