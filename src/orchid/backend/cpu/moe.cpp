@@ -58,26 +58,36 @@ void run_experts_fast(std::vector<ExpertRun>& runs, CpuIsa isa) {
       }
     });
   };
-  for (size_t k = 0; k < runs.size(); ++k) {
-    ExpertRun& e = runs[k];
+  // Each expert's inputs are quantized on the threads too: at a 512-token prefill these loops
+  // (and the SwiGLU's 2M exponentials a layer) ran on one thread while the others waited.
+  // (At decode, one row an expert, that is too little work to wake a thread for.)
+  const int64_t n_runs = int64_t(runs.size()), rows = runs.back().n;
+  auto each_run = [&](auto&& f) {
+    default_pool().parallel_for(n_runs, rows < 16 ? n_runs : 1, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) f(runs[size_t(k)], size_t(k));
+    });
+  };
+  each_run([&](ExpertRun& e, size_t k) {
     e.xq.quantize(e.x.data(), e.n, e.gate->cols);
     acts[k] = e.xq.view(e.gate->group);
     // gate and up share the activations (fast_ffn checked their groups agree).
     e.g.resize(size_t(e.n * e.gate->rows));
     e.u.resize(size_t(e.n * e.up->rows));
+  });
+  for (ExpertRun& e : runs) {
     for (int64_t r = 0; r < e.gate->rows; r += kRows) items.push_back({&e, 0, r});
     for (int64_t r = 0; r < e.up->rows; r += kRows) items.push_back({&e, 1, r});
   }
   fan_out();
   items.clear();
-  for (size_t k = 0; k < runs.size(); ++k) {
-    ExpertRun& e = runs[k];
+  each_run([&](ExpertRun& e, size_t k) {
     for (size_t i = 0; i < e.g.size(); ++i) e.g[i] = silu(e.g[i]) * e.u[i];
     e.hq.quantize(e.g.data(), e.n, e.down->cols);
     acts[k] = e.hq.view(e.down->group);
     e.y.resize(size_t(e.n * e.down->rows));
+  });
+  for (ExpertRun& e : runs)
     for (int64_t r = 0; r < e.down->rows; r += kRows) items.push_back({&e, 2, r});
-  }
   fan_out();
 }
 
@@ -128,24 +138,35 @@ void moe_forward(const Matmul& mm, const ModelConfig& c, const MoeWeights& w, co
       ExpertRun& r = runs.emplace_back();
       r.gate = &w.gate[size_t(e)], r.up = &w.up[size_t(e)], r.down = &w.down[size_t(e)];
       r.n = int64_t(rows.size());
-      r.x.resize(size_t(r.n * H));
-      for (int64_t i = 0; i < r.n; ++i)
-        std::copy(x + rows[size_t(i)].first * H, x + (rows[size_t(i)].first + 1) * H,
-                  r.x.begin() + i * H);
       expert_of.push_back(e);
     }
+    const int64_t n_run = int64_t(expert_of.size());
+    default_pool().parallel_for(n_run, T < 16 ? n_run : 1, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        ExpertRun& r = runs[size_t(j)];
+        const auto& rows = rows_of[size_t(expert_of[size_t(j)])];
+        r.x.resize(size_t(r.n * H));
+        for (int64_t i = 0; i < r.n; ++i)
+          std::copy(x + rows[size_t(i)].first * H, x + (rows[size_t(i)].first + 1) * H,
+                    r.x.begin() + i * H);
+      }
+    });
     ExpertRun& s = runs.emplace_back();
     s.gate = &w.shared_gate, s.up = &w.shared_up, s.down = &w.shared_down, s.n = T;
     s.x.assign(x, x + T * H);
     run_experts_fast(runs, mm.isa);
-    for (size_t j = 0; j + 1 < runs.size(); ++j) {  // ascending expert id, as HF accumulates
-      const auto& rows = rows_of[size_t(expert_of[j])];
-      for (size_t i = 0; i < rows.size(); ++i) {
-        float* o = out + rows[i].first * H;
-        const float* y = runs[j].y.data() + int64_t(i) * H;
-        for (int64_t d = 0; d < H; ++d) o[d] += rows[i].second * y[d];
+    // Ascending expert id, as HF accumulates; the threads split the columns, so each output
+    // element sums in the same order as on one thread.
+    default_pool().parallel_for(H, T < 16 ? H : 256, [&](int64_t d0, int64_t d1) {
+      for (size_t j = 0; j + 1 < runs.size(); ++j) {
+        const auto& rows = rows_of[size_t(expert_of[j])];
+        for (size_t i = 0; i < rows.size(); ++i) {
+          float* o = out + rows[i].first * H;
+          const float* y = runs[j].y.data() + int64_t(i) * H;
+          for (int64_t d = d0; d < d1; ++d) o[d] += rows[i].second * y[d];
+        }
       }
-    }
+    });
     shared = std::move(runs.back().y);
   } else {
     std::vector<float> xe, ye;
