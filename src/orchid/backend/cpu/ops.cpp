@@ -38,6 +38,17 @@ float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+void scale_add(float* y, float c, float a, const float* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 cv = _mm256_set1_ps(c), av = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
+                                            _mm256_mul_ps(_mm256_loadu_ps(y + i), cv)));
+#endif
+  for (; i < n; ++i) y[i] = y[i] * c + a * x[i];
+}
+
 void matmul(const QuantMatrix& W, const float* X, int64_t n_rows_x, float* Y) {
   const int64_t rows = W.rows, cols = W.cols;
   // Rows of W per block: enough to amortise dequantization across the tokens of X while the
