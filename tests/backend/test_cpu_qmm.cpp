@@ -184,7 +184,8 @@ TEST(CpuQmm, ActivationsQuantizeAsDefined) {
       const QmmActs a = acts.view(64);
       for (int64_t t = 0; t < n; ++t) {
         float row_amax = 0.f;
-        for (int64_t e = 0; e < cols; ++e) row_amax = std::max(row_amax, std::fabs(x[size_t(t * cols + e)]));
+        for (int64_t e = 0; e < cols; ++e)
+          row_amax = std::max(row_amax, std::fabs(x[size_t(t * cols + e)]));
         for (int64_t k = 0; k < cols / 64; ++k) {
           const float* xb = x.data() + t * cols + 64 * k;
           float amax = row_amax;

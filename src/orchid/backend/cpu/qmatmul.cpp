@@ -98,7 +98,8 @@ void quantize_block(const float* x, float inv, int16_t* q) {
     // evens with odds and take each half.
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(evens, odds), 0xD8);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 8 * i), _mm256_castsi256_si128(packed));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 + 8 * i), _mm256_extracti128_si256(packed, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 + 8 * i),
+                     _mm256_extracti128_si256(packed, 1));
   }
 #else
   for (int e = 0; e < 64; ++e) q[qmm_act_position(e)] = int16_t(std::nearbyint(x[e] * inv));

@@ -188,10 +188,12 @@ void plane_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
     const __m512 sv = scale_vector(W.scales, W.scale_type, r * ng + g, n);
     bacc = _mm512_fmadd_ps(scale_vector(W.biases, W.scale_type, r * ng + g, n),
                            _mm512_maskz_loadu_ps(m, X.xsum + g), bacc);
-    if (kSmallGroups) _mm512_storeu_ps(s + g, sv);
+    if (kSmallGroups)
+      _mm512_storeu_ps(s + g, sv);
     else if (W.group == 64)
       _mm512_storeu_ps(sd + g, _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(m, X.d + g)));
-    else _mm512_storeu_ps(s + g, sv);
+    else
+      _mm512_storeu_ps(s + g, sv);
   }
   if (!kSmallGroups && W.group > 64)
     for (int64_t k = 0; k < nk; ++k) sd[k] = s[64 * k / W.group] * X.d[k];
@@ -201,8 +203,8 @@ void plane_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
   auto pair = [&](int64_t p) {
     const __m512i v = _mm512_loadu_si512(row + 64 * p);
     const int16_t* x = X.planes + 128 * p;
-    __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, m4),
-                                    _mm512_loadu_si512(x));
+    __m512i t =
+        _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, m4), _mm512_loadu_si512(x));
     t = _mm512_dpwssd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
                             _mm512_loadu_si512(x + 32));
     t = _mm512_dpwssd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(v, 8), m4),
@@ -235,8 +237,8 @@ void plane_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * k));
     const __m256i* xp = reinterpret_cast<const __m256i*>(X.planes + 64 * k);
     const __m256i m = _mm256_set1_epi16(0x0F);
-    __m256i t = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_and_si256(v, m),
-                                    _mm256_loadu_si256(xp));
+    __m256i t =
+        _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_and_si256(v, m), _mm256_loadu_si256(xp));
     t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 4), m),
                             _mm256_loadu_si256(xp + 1));
     t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 8), m),
