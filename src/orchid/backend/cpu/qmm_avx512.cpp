@@ -48,7 +48,7 @@ inline __m512 block_scales(const float* s, int group, __m512i idx, int64_t k, fl
 }
 
 inline __m512 dot_block(const Block& c, const int16_t* q) {
-  const __m512i acc = _mm512_dpwssd_epi32(_mm512_setzero_si512(), c.even, _mm512_loadu_si512(q));
+  const __m512i acc = _mm512_madd_epi16(c.even, _mm512_loadu_si512(q));
   return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(acc, c.odd, _mm512_loadu_si512(q + 32)));
 }
 
@@ -203,8 +203,7 @@ void plane_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
   auto pair = [&](int64_t p) {
     const __m512i v = _mm512_loadu_si512(row + 64 * p);
     const int16_t* x = X.planes + 128 * p;
-    __m512i t =
-        _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, m4), _mm512_loadu_si512(x));
+    __m512i t = _mm512_madd_epi16(_mm512_and_si512(v, m4), _mm512_loadu_si512(x));
     t = _mm512_dpwssd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
                             _mm512_loadu_si512(x + 32));
     t = _mm512_dpwssd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(v, 8), m4),
@@ -237,8 +236,7 @@ void plane_row(const QmmWeights& W, const QmmActs& X, int64_t r, float* Y) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * k));
     const __m256i* xp = reinterpret_cast<const __m256i*>(X.planes + 64 * k);
     const __m256i m = _mm256_set1_epi16(0x0F);
-    __m256i t =
-        _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_and_si256(v, m), _mm256_loadu_si256(xp));
+    __m256i t = _mm256_madd_epi16(_mm256_and_si256(v, m), _mm256_loadu_si256(xp));
     t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 4), m),
                             _mm256_loadu_si256(xp + 1));
     t = _mm256_dpwssd_epi32(t, _mm256_and_si256(_mm256_srli_epi16(v, 8), m),
@@ -309,8 +307,8 @@ void tile(const QmmWeights& W, const QmmActs& X, const Block* const* codes,
       const int16_t* x = X.q + (t0 + j) * cols + 64 * k;
       const __m512i xa = _mm512_loadu_si512(x), xb = _mm512_loadu_si512(x + 32);
       for (int i = 0; i < RB; ++i) {
-        const __m512i t = _mm512_dpwssd_epi32(
-            _mm512_dpwssd_epi32(_mm512_setzero_si512(), codes[i][k].even, xa), codes[i][k].odd, xb);
+        const __m512i t =
+            _mm512_dpwssd_epi32(_mm512_madd_epi16(codes[i][k].even, xa), codes[i][k].odd, xb);
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), sc[i], acc[i][j]);
       }
     }
