@@ -2,11 +2,13 @@
 // MoE → residual), and produces logits; states, snapshots and chunking live here.
 #include "orchid/backend/cpu/cpu_backend.h"
 
+#include <malloc.h>
 #include <sys/sysinfo.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -210,7 +212,26 @@ Expected<CpuOptions> cpu_options_from_env() {
   return o;
 }
 
+namespace {
+
+// A forward pass allocates and frees tens of MB of activations a layer. glibc gives blocks over
+// its mmap threshold back to the kernel on free and trims the heap's top, so the next layer
+// faulted the same memory in again, zero-filled — page faults that a VM makes expensive. Kept
+// instead (process-wide, once): blocks up to 32 MiB (glibc's most) come from the heap, and up to
+// 512 MiB of free heap top stays mapped. Alternating 512-token prefills on the 8-layer model:
+// 149-169 → 153-206 tok/s.
+void keep_freed_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  });
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const CpuOptions& opts) {
+  keep_freed_memory();
   return std::make_unique<cpu::CpuBackend>(model, opts);
 }
 
