@@ -88,7 +88,10 @@ TEST_F(CliText, EvalAgreesWithItsOwnLogits) {
     EXPECT_EQ(j["tokens"], n);
     EXPECT_EQ(j["predictions"], n - 1);
     EXPECT_EQ(j["top1_agreement"], 1.0);
-    EXPECT_LT(j["mean_kl_nats"].get<double>(), 1e-6);
+    // Not zero: the fast path quantizes activations per row when a chunk has several and per
+    // block when it has one, so a window of 3 rounds them unlike the one-pass reference
+    // (1.2e-6 seen; the fidelity contract allows HF bf16's 4e-3).
+    EXPECT_LT(j["mean_kl_nats"].get<double>(), 1e-5);
     // A random tiny model over a 151,669-token vocabulary: near-uniform predictions.
     EXPECT_GT(j["perplexity"].get<double>(), 1e3);
     ppl.push_back(j["perplexity"].get<double>());
